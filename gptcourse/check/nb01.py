@@ -1,0 +1,169 @@
+"""笔记本 01（数据与分词）的练习检查器与参考答案。
+
+每个检查器都用几组输入调用你的函数，与参考答案逐一比较；第一个不一致的输入会被打印出来，
+方便你定位问题。参考答案就是本文件里的 ``solution_*`` 函数，用 ``show_solution`` 查看。
+"""
+from __future__ import annotations
+
+import hashlib
+import inspect
+from collections.abc import Callable
+
+__all__ = ["build_vocab", "count_pairs", "merge_pair", "shift_xy", "split_by_poem",
+           "show_solution", "SOLUTIONS"]
+
+# 本笔记本的练习（检查器名 == 参考答案名）；SOLUTIONS 是各笔记本共用的登记表，其他章节会往里追加
+EXERCISES = ("build_vocab", "count_pairs", "merge_pair", "shift_xy", "split_by_poem")
+
+_POEMS = "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n白日依山尽，黄河入海流。\n"
+
+
+# ---------------------------------------------------------------- 参考答案
+def solution_build_vocab(text: str) -> tuple[dict[str, int], list[str]]:
+    """字符表：按字符排序分配 id（同一文本永远得到同一词表）。"""
+    itos = sorted(set(text))
+    stoi = {ch: i for i, ch in enumerate(itos)}
+    return stoi, itos
+
+
+def solution_count_pairs(ids: list[int]) -> dict[tuple[int, int], int]:
+    """数相邻 id 对的出现次数。"""
+    counts: dict[tuple[int, int], int] = {}
+    for pair in zip(ids, ids[1:]):
+        counts[pair] = counts.get(pair, 0) + 1
+    return counts
+
+
+def solution_merge_pair(ids: list[int], pair: tuple[int, int], idx: int) -> list[int]:
+    """从左到右把不重叠的 pair 替换成 idx。"""
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
+            out.append(idx)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def solution_shift_xy(ids: list[int], start: int, block_size: int) -> tuple[list[int], list[int]]:
+    """从 start 开始取一个训练窗口：y 是 x 向右错一位。"""
+    if start < 0 or start + block_size + 1 > len(ids):
+        raise ValueError("窗口超出了序列范围")
+    return list(ids[start:start + block_size]), list(ids[start + 1:start + block_size + 1])
+
+
+def solution_split_by_poem(text: str) -> dict[str, str]:
+    """按内容哈希把每首诗分到 train/val/test（与 data/ 的规则相同），保持原有顺序。"""
+    parts: dict[str, list[str]] = {"train": [], "val": [], "test": []}
+    for poem in text.split("\n"):
+        if not poem.strip():
+            continue
+        h = int(hashlib.sha256(poem.encode("utf-8")).hexdigest()[:8], 16) % 100
+        split = "train" if h < 90 else ("val" if h < 95 else "test")
+        parts[split].append(poem + "\n")
+    return {k: "".join(v) for k, v in parts.items()}
+
+
+SOLUTIONS: dict[str, Callable] = {
+    "build_vocab": solution_build_vocab,
+    "count_pairs": solution_count_pairs,
+    "merge_pair": solution_merge_pair,
+    "shift_xy": solution_shift_xy,
+    "split_by_poem": solution_split_by_poem,
+}
+
+
+def show_solution(name: str) -> None:
+    """打印某个练习的参考答案源代码。"""
+    if name not in SOLUTIONS:
+        raise ValueError(f"没有名为 {name!r} 的练习；可选：{', '.join(SOLUTIONS)}")
+    print(inspect.getsource(SOLUTIONS[name]))
+
+
+# ---------------------------------------------------------------- 检查工具
+def _ok() -> bool:
+    print("正确 ✓")
+    return True
+
+
+def _fail(msg: str) -> bool:
+    print(f"还不对 ✗：{msg}")
+    return False
+
+
+def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
+             normalize: Callable = lambda v: v) -> bool:
+    """逐个输入比较 fn 与参考答案；第一处不同就报告输入、你的输出和期望输出。"""
+    if not callable(fn):
+        return _fail(f"{name} 需要传入一个函数，收到的是 {type(fn).__name__}")
+    for args in cases:
+        shown = ", ".join(repr(a) for a in args)
+        try:
+            got = fn(*args)
+        except Exception as e:  # noqa: BLE001 - 学习者代码的任何异常都要转成提示
+            return _fail(f"{name}({shown}) 抛出了 {type(e).__name__}: {e}")
+        want = ref(*args)
+        try:
+            same = normalize(got) == normalize(want)
+        except Exception:  # noqa: BLE001
+            same = False
+        if not same:
+            return _fail(f"{name}({shown})\n  你的结果：{got!r}\n  期望结果：{want!r}")
+    return _ok()
+
+
+# ---------------------------------------------------------------- 检查器
+def build_vocab(fn: Callable[[str], tuple[dict, list]]) -> bool:
+    """练习：``fn(text) -> (stoi, itos)``，id 按字符排序，stoi 与 itos 互逆。"""
+    cases = [(_POEMS,), ("春眠不觉晓",), ("ba\nab",), ("a",)]
+
+    def norm(v):
+        stoi, itos = v
+        return dict(stoi), list(itos)
+
+    return _compare(fn, solution_build_vocab, cases, "build_vocab", norm)
+
+
+def count_pairs(fn: Callable[[list[int]], dict]) -> bool:
+    """练习：``fn(ids) -> {(a, b): 次数}``，即 get_stats。"""
+    cases = [([1, 2, 3, 1, 2],), ([97, 97, 97],), ([5],), ([],),
+             (list("春风又绿江南岸".encode("utf-8")),)]
+    return _compare(fn, solution_count_pairs, cases, "count_pairs", dict)
+
+
+def merge_pair(fn: Callable[[list[int], tuple[int, int], int], list[int]]) -> bool:
+    """练习：``fn(ids, pair, idx)`` 从左到右替换不重叠的 pair，即 merge。"""
+    cases = [([1, 2, 3, 1, 2], (1, 2), 4), ([97, 97, 97], (97, 97), 256),
+             ([97, 97, 97, 97], (97, 97), 256), ([1, 2], (2, 1), 9), ([], (1, 2), 3),
+             ([1, 2, 1], (1, 2), 300)]
+    return _compare(fn, solution_merge_pair, cases, "merge_pair", list)
+
+
+def shift_xy(fn: Callable[[list[int], int, int], tuple]) -> bool:
+    """练习：``fn(ids, start, block_size) -> (x, y)``，y 比 x 错后一位。"""
+    ids = list(range(100, 120))
+    cases = [(ids, 0, 4), (ids, 3, 8), (ids, 15, 4), ([7, 8], 0, 1)]
+
+    def norm(v):
+        x, y = v
+        return [int(t) for t in x], [int(t) for t in y]
+
+    return _compare(fn, solution_shift_xy, cases, "shift_xy", norm)
+
+
+def split_by_poem(fn: Callable[[str], dict]) -> bool:
+    """练习：``fn(text) -> {"train":…, "val":…, "test":…}``，按诗的内容哈希划分。"""
+    from ..runtime import DATA_DIR
+
+    lines = (DATA_DIR / "tangshi300.txt").read_text(encoding="utf-8").split("\n")[:150]
+    text = "\n".join(lines) + "\n" + "白日依山尽，黄河入海流。\n" * 3   # 含 val/test 的诗和重复的诗
+    if not _compare(fn, solution_split_by_poem, [(_POEMS,), (text,)], "split_by_poem",
+                    lambda d: {k: d[k] for k in ("train", "val", "test")}):
+        return False
+    parts = fn(text)
+    leak = set(parts["train"].split("\n")) & (set(parts["val"].split("\n")) - {""})
+    if leak:
+        return _fail(f"验证集里出现了训练集的诗：{sorted(leak)[:3]}")
+    return True

@@ -1,0 +1,108 @@
+"""GPTConfig：一个数据类描述一个模型；三种参考设计与课程默认模型都是它的"预设"。"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 123
+    block_size: int = 64          # 上下文长度 T 的上限
+    n_layer: int = 3
+    n_head: int = 4
+    n_embd: int = 96              # 残差流宽度 C
+    dropout: float = 0.1          # 嵌入之后
+    attn_dropout: float = 0.1     # 注意力权重上
+    resid_dropout: float = 0.1    # 注意力输出投影与 MLP 输出上
+    pos: str = "learned"          # "learned" 绝对位置嵌入 | "rope" 旋转位置编码
+    norm: str = "layernorm"       # "layernorm" | "rmsnorm"
+    mlp: str = "gelu"             # "gelu"（4× 扩展） | "swiglu"（≈8C/3，三个矩阵）
+    gelu_approx: str = "none"     # "none" 精确 x·Φ(x) | "tanh" 近似（GPT-2 原版）
+    qkv: str = "fused"            # "fused" 一个 Linear(C,3C) | "separate" 三个 Linear(C,C)
+    bias: bool = True             # 线性层是否带偏置
+    tie_weights: bool = True      # 输出头与词嵌入共用同一个张量
+    attention: str = "sdpa"       # "sdpa" F.scaled_dot_product_attention | "manual" 手写
+    rope_base: float = 10000.0
+    norm_eps: float = 1e-5
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        choices = {"pos": ("learned", "rope"), "norm": ("layernorm", "rmsnorm"),
+                   "mlp": ("gelu", "swiglu"), "gelu_approx": ("none", "tanh"),
+                   "qkv": ("fused", "separate"), "attention": ("sdpa", "manual")}
+        for name, ok in choices.items():
+            if getattr(self, name) not in ok:
+                raise ValueError(f"{name}={getattr(self, name)!r} 无效；可选：{', '.join(ok)}")
+        for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} 必须 ≥ 1，收到 {getattr(self, name)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} 必须能被 n_head={self.n_head} 整除")
+        if self.pos == "rope" and self.head_dim % 2:
+            raise ValueError(f"RoPE 需要偶数的 head_dim，收到 {self.head_dim}")
+        for name in ("dropout", "attn_dropout", "resid_dropout"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} 必须在 [0, 1) 内，收到 {getattr(self, name)}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.n_embd // self.n_head
+
+    @property
+    def mlp_hidden(self) -> int:
+        """GELU：4C；SwiGLU：8C/3 向上取整到 64 的倍数（C=256 → 704）。"""
+        if self.mlp == "gelu":
+            return 4 * self.n_embd
+        return 64 * math.ceil(8 * self.n_embd / 3 / 64)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "GPTConfig":
+        known = {f.name for f in fields(cls)}
+        unknown = set(d) - known
+        if unknown:
+            raise ValueError(f"配置里有未知字段：{sorted(unknown)}")
+        return cls(**d)
+
+
+_DESIGNS = {
+    # 经典 Mini-GPT：字符词表、学习式位置、LayerNorm、GELU、融合 qkv（带偏置）、权重共享
+    "mini": dict(vocab_size=123, block_size=64, n_layer=3, n_head=4, n_embd=96,
+                 dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
+    # 现代小型中文 GPT：RoPE + RMSNorm + SwiGLU，无偏置，权重共享
+    "teacher": dict(vocab_size=6543, block_size=128, n_layer=4, n_head=4, n_embd=256,
+                    pos="rope", norm="rmsnorm", mlp="swiglu", bias=False,
+                    dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
+    # GPT-2 small 的布局：50,257 词表、12 层 12 头、C=768、分开的 q/k/v
+    "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768,
+                 qkv="separate", gelu_approx="tanh",
+                 dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
+    # 课程默认模型：teacher 设计，尺寸按"2 核 CPU 训练 15 分钟"选定（见 data/checkpoints/README.md）
+    "course": dict(vocab_size=6543, block_size=128, n_layer=4, n_head=4, n_embd=256,
+                   pos="rope", norm="rmsnorm", mlp="swiglu", bias=False,
+                   dropout=0.0, attn_dropout=0.0, resid_dropout=0.0),
+}
+
+
+def preset_names() -> list[str]:
+    return list(_DESIGNS)
+
+
+def preset(name: str, **overrides) -> GPTConfig:
+    """按名字取预设配置，关键字参数覆盖其中的字段。
+
+    >>> preset("mini").n_embd
+    96
+    >>> preset("teacher", vocab_size=100).mlp_hidden
+    704
+    """
+    if name not in _DESIGNS:
+        raise ValueError(f"没有名为 {name!r} 的预设；可选：{', '.join(_DESIGNS)}")
+    base = GPTConfig(**_DESIGNS[name])
+    try:
+        return replace(base, **overrides)
+    except TypeError as e:
+        raise ValueError(f"预设覆盖里有未知字段：{e}") from None

@@ -1,0 +1,141 @@
+"""语料与批次：按名字加载 data/ 里的语料，按诗切分，切出训练窗口。
+
+数据流：文本 (str) ──分词器──► ids (1-D LongTensor) ──get_batch / WindowDataset──► (x, y)
+其中 y 就是 x 向右错一位：x[t] 之后的下一个字正是 y[t]。
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch.utils.data import Dataset
+
+from .runtime import DATA_DIR
+
+# 名字 → (说明, 是否已分好 train/val/test 三个文件)
+CORPORA: dict[str, tuple[str, bool]] = {
+    "tang_jinti": ("唐代近体诗（五绝、五律、七绝、七律），课程默认语料", True),
+    "tang_5jue": ("五言绝句子集，小而快，适合演示与过拟合实验", True),
+    "tangshi300": ("唐诗三百首（熟悉的提示词来源）", False),
+    "luxun_nahan": ("鲁迅《呐喊》（现代白话散文，用来对比分词器）", False),
+}
+SPLITS = ("train", "val", "test")
+
+
+def available_corpora() -> list[str]:
+    """data/ 里可以按名字加载的语料。"""
+    return list(CORPORA)
+
+
+def split_of(poem: str) -> str:
+    """按内容哈希决定一首诗属于哪个划分（与 data/SOURCES.md 的规则一致）。
+
+    同一首诗无论出现在哪个语料里，都落在同一个划分，所以不会"训练集见过、验证集又考"。
+
+    >>> split_of("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。")
+    'train'
+    """
+    h = int(hashlib.sha256(poem.encode("utf-8")).hexdigest()[:8], 16) % 100
+    return "train" if h < 90 else ("val" if h < 95 else "test")
+
+
+def poems(text: str) -> list[str]:
+    """把"一行一首"的文本拆成诗的列表（去掉空行）。"""
+    return [line for line in text.split("\n") if line.strip()]
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """一份语料的三个划分；每个划分都是"一行一首、以换行结尾"的字符串。"""
+    name: str
+    description: str
+    train: str
+    val: str
+    test: str
+
+    def split(self, name: str) -> str:
+        if name not in SPLITS:
+            raise ValueError(f"未知的划分 {name!r}；可选：{', '.join(SPLITS)}")
+        return getattr(self, name)
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{s}={len(poems(self.split(s))):,} 行" for s in SPLITS)
+        return f"Corpus({self.name!r}: {sizes})"
+
+
+def _read(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def load_corpus(name: str = "tang_jinti", data_dir: Path | str | None = None) -> Corpus:
+    """按名字加载语料，不依赖当前工作目录。
+
+    已分好三个文件的语料直接读取；单文件语料（唐诗三百首、《呐喊》）按同一条
+    哈希规则逐行分配到 train/val/test。
+    """
+    if name not in CORPORA:
+        raise ValueError(f"没有名为 {name!r} 的语料；可用的语料：{', '.join(available_corpora())}")
+    root = Path(data_dir) if data_dir is not None else DATA_DIR
+    description, pre_split = CORPORA[name]
+    if pre_split:
+        parts = {}
+        for s in SPLITS:
+            path = root / f"{name}.{s}.txt"
+            if not path.exists():
+                raise FileNotFoundError(f"找不到语料文件 {path.name}（应在 {root} 中）")
+            parts[s] = _read(path)
+    else:
+        path = root / f"{name}.txt"
+        if not path.exists():
+            raise FileNotFoundError(f"找不到语料文件 {path.name}（应在 {root} 中）")
+        buckets: dict[str, list[str]] = {s: [] for s in SPLITS}
+        for line in poems(_read(path)):
+            buckets[split_of(line)].append(line + "\n")
+        parts = {s: "".join(lines) for s, lines in buckets.items()}
+    return Corpus(name=name, description=description, **parts)
+
+
+def get_batch(data: torch.Tensor, batch_size: int, block_size: int,
+              device: torch.device | str | None = None,
+              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """从一条长 id 序列里随机取 batch_size 个长度为 block_size 的窗口。
+
+    data: [N] 整数 id。返回 x, y: [B, T]，y[:, t] == data[start + t + 1]。
+    """
+    if data.dim() != 1:
+        raise ValueError(f"data 应是一维 id 序列，收到形状 {tuple(data.shape)}")
+    if len(data) <= block_size:
+        raise ValueError(f"数据只有 {len(data)} 个词元，不够切出 block_size={block_size} 的窗口")
+    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)   # [B]
+    offsets = torch.arange(block_size)                                                   # [T]
+    x = data[starts[:, None] + offsets]             # [B, T]
+    y = data[starts[:, None] + offsets + 1]         # [B, T]，向右错一位
+    if device is not None:
+        x, y = x.to(device), y.to(device)
+    return x, y
+
+
+class WindowDataset(Dataset):
+    """滑动窗口数据集：第 i 个样本从 i*stride 开始，长 block_size。
+
+    stride=1 时相邻样本几乎重叠（样本最多）；stride=block_size 时窗口互不重叠。
+    """
+
+    def __init__(self, data: torch.Tensor, block_size: int, stride: int = 1):
+        if stride < 1:
+            raise ValueError(f"stride 必须 ≥ 1，收到 {stride}")
+        if len(data) <= block_size:
+            raise ValueError(f"数据只有 {len(data)} 个词元，不够切出 block_size={block_size} 的窗口")
+        self.data, self.block_size, self.stride = data, block_size, stride
+
+    def __len__(self) -> int:
+        return (len(self.data) - self.block_size - 1) // self.stride + 1
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if not 0 <= i < len(self):
+            raise IndexError(f"样本下标 {i} 越界（共 {len(self)} 个）")
+        s = i * self.stride
+        chunk = self.data[s: s + self.block_size + 1]   # [T+1]
+        return chunk[:-1], chunk[1:]                    # x [T], y [T]

@@ -1,0 +1,67 @@
+"""运行环境：随机种子、设备、快速模式，以及笔记本开头那一次 ``setup()`` 调用。"""
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent          # 仓库根目录（可编辑安装时）
+DATA_DIR = ROOT / "data"                                # 语料、许可证、预训练检查点
+QUICK_ENV = "GPTCOURSE_QUICK"                           # =1 时笔记本缩短训练与采样
+
+
+def is_quick() -> bool:
+    """环境变量 GPTCOURSE_QUICK=1（测试套件会设置）时返回 True。"""
+    return os.environ.get(QUICK_ENV, "0").strip().lower() not in ("", "0", "false", "no")
+
+
+def set_seed(seed: int) -> None:
+    """同时设置 Python、NumPy（若已安装）与 PyTorch 的随机种子。"""
+    random.seed(seed)
+    try:
+        import numpy as np
+        np.random.seed(seed)
+    except ImportError:  # pragma: no cover
+        pass
+    torch.manual_seed(seed)
+
+
+def get_device(prefer: str | None = None) -> torch.device:
+    """自动选择设备：CUDA → Apple MPS → CPU；``prefer`` 可强制指定。"""
+    if prefer:
+        return torch.device(prefer)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Settings:
+    seed: int
+    quick: bool
+    device: torch.device
+    font: str | None
+
+    def __repr__(self) -> str:  # 笔记本里打印得短一些
+        mode = "快速模式" if self.quick else "完整模式"
+        return f"Settings(seed={self.seed}, {mode}, device={self.device.type}, font={self.font!r})"
+
+
+def setup(seed: int = 0, quick: bool | None = None, plots: bool = True) -> Settings:
+    """笔记本的第一行：设种子、选设备、注册中文字体与绘图默认值，返回当前设置。
+
+    ``quick=None`` 时读取环境变量 GPTCOURSE_QUICK。
+    """
+    if quick is not None:
+        os.environ[QUICK_ENV] = "1" if quick else "0"
+    set_seed(seed)
+    font = None
+    if plots:
+        from .viz.fonts import configure_matplotlib
+        font = configure_matplotlib()
+    return Settings(seed=seed, quick=is_quick(), device=get_device(), font=font)

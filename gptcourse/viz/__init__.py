@@ -1,0 +1,8 @@
+"""课程里所有的图：中文字体、通用热力图、课程流程图。
+
+核心模块（数据、模型、训练……）从不导入 viz；viz 只负责画图。
+其他章节的绘图模块在下面逐行追加导入（每个模块一行，显式导入）。
+"""
+from .basic import PIPELINE_STAGES, pipeline_figure, show_heatmap
+from .fonts import FONT_FAMILY, configure_matplotlib, register_font
+from . import attention, rope, walkthrough  # 笔记本 02：注意力与掩码、RoPE、手算例子 春天→来
