@@ -17,6 +17,7 @@ from .runtime import DATA_DIR
 from .tokenizer import tokenizer_from_dict
 
 FORMAT = "gptcourse-checkpoint-v1"
+REQUIRED_KEYS = ("config", "model", "tokenizer", "step", "optimizer", "rng", "meta")
 SHIPPED = DATA_DIR / "checkpoints" / "course.pt"     # 随课程发布的预训练模型
 
 
@@ -59,7 +60,8 @@ def save(path: str | Path, model: GPT, tokenizer, *, optimizer=None, step: int =
         "tokenizer": tok,
         "step": int(step),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
-        "rng": {"torch": torch.get_rng_state()},
+        "rng": {"torch": torch.get_rng_state(),
+                **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})},
         "meta": dict(meta or {}),
     }
     return atomic_save(obj, path)
@@ -72,12 +74,29 @@ def load_raw(path: str | Path | None = None, map_location="cpu") -> dict:
         raise FileNotFoundError(f"找不到检查点文件 {path}")
     try:
         obj = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as e:  # 损坏的 zip、pickle 之外的东西……
+    except Exception as e:  # 损坏的 zip、不安全的 pickle、根本不是 PyTorch 文件……
+        first = (str(e).strip().splitlines() or [""])[0][:120]
         raise CheckpointError(f"{path.name} 不是可读取的 PyTorch 检查点（{type(e).__name__}: "
-                              f"{str(e).splitlines()[0][:120]}）") from e
+                              f"{first}）") from e
     if not isinstance(obj, dict) or obj.get("format") != FORMAT:
         raise CheckpointError(f"{path.name} 不是 gptcourse 检查点（缺少 format={FORMAT!r}）")
+    missing = [k for k in REQUIRED_KEYS if k not in obj]
+    if missing:
+        raise CheckpointError(f"{path.name} 缺少字段 {missing}，文件不完整")
     return obj
+
+
+def _config_and_tokenizer(obj: dict, name: str):
+    """从检查点字典还原 (GPTConfig, 分词器)，并检查两者一致。"""
+    try:
+        cfg = GPTConfig.from_dict(obj["config"])
+        tok = tokenizer_from_dict(obj["tokenizer"])
+    except (ValueError, TypeError, KeyError) as e:
+        raise CheckpointError(f"{name} 里的配置或词表无法还原：{e}") from e
+    if tok.vocab_size != cfg.vocab_size:
+        raise CheckpointError(f"{name} 里的词表有 {tok.vocab_size} 个词元，但模型配置是 "
+                              f"vocab_size={cfg.vocab_size}")
+    return cfg, tok
 
 
 def load(path: str | Path | None = None, map_location="cpu", eval_mode: bool = True):
@@ -86,11 +105,7 @@ def load(path: str | Path | None = None, map_location="cpu", eval_mode: bool = T
     meta 里有 step、config 以及训练时记录的指标。
     """
     obj = load_raw(path, map_location)
-    cfg = GPTConfig.from_dict(obj["config"])
-    tok = tokenizer_from_dict(obj["tokenizer"])
-    if tok.vocab_size != cfg.vocab_size:
-        raise CheckpointError(f"检查点里的词表有 {tok.vocab_size} 个词元，但模型配置是 "
-                              f"vocab_size={cfg.vocab_size}")
+    cfg, tok = _config_and_tokenizer(obj, Path(path).name if path is not None else SHIPPED.name)
     model = GPT(cfg)
     load_weights(model, obj["model"])
     model.to(map_location if isinstance(map_location, (str, torch.device)) else "cpu")
@@ -114,11 +129,19 @@ def load_weights(model: GPT, state: dict) -> None:
 
 
 def resume(path: str | Path, model: GPT, optimizer=None, tokenizer=None) -> int:
-    """把检查点里的权重、优化器与随机数状态恢复到已建好的对象上，返回步数。"""
+    """把检查点里的权重、优化器与随机数状态恢复到已建好的对象上，返回步数。
+
+    批次由 (seed, step) 决定（见 ``train.batch_generator``），dropout 用全局随机数，
+    这里一并恢复，所以接着训练与不中断地训练完全一样。
+    """
     obj = load_raw(path)
-    if GPTConfig.from_dict(obj["config"]) != model.config:
-        raise CheckpointError("检查点的配置与当前模型的配置不同，不能接着训练")
-    if tokenizer is not None and obj["tokenizer"] != tokenizer.to_dict():
+    cfg, tok = _config_and_tokenizer(obj, Path(path).name)
+    if cfg != model.config:
+        diff = {k: (v, getattr(model.config, k)) for k, v in cfg.to_dict().items()
+                if getattr(model.config, k) != v}
+        shown = "，".join(f"{k} 检查点={a!r} 模型={b!r}" for k, (a, b) in diff.items())
+        raise CheckpointError(f"检查点的配置与当前模型不同，不能接着训练：{shown}")
+    if tokenizer is not None and tok.to_dict() != tokenizer.to_dict():
         raise CheckpointError("检查点的词表与当前分词器不同，不能接着训练")
     load_weights(model, obj["model"])
     if optimizer is not None:
@@ -126,4 +149,6 @@ def resume(path: str | Path, model: GPT, optimizer=None, tokenizer=None) -> int:
             raise CheckpointError("检查点里没有优化器状态（可能是只含权重的发布版）")
         optimizer.load_state_dict(obj["optimizer"])
     torch.set_rng_state(obj["rng"]["torch"])
+    if torch.cuda.is_available() and "cuda" in obj["rng"]:
+        torch.cuda.set_rng_state_all(obj["rng"]["cuda"])
     return obj["step"]

@@ -97,18 +97,38 @@ def load_corpus(name: str = "tang_jinti", data_dir: Path | str | None = None) ->
     return Corpus(name=name, description=description, **parts)
 
 
+def poem_starts(ids: torch.Tensor, eos_id: int, block_size: int) -> torch.Tensor:
+    """每首诗前面那个换行符的位置（且从那里能切出完整窗口）。
+
+    用作 :func:`get_batch` 的 ``starts``：窗口的第一个输入总是换行符，第一个目标是一首诗的
+    第一个字，模型在每个位置都能看到这首诗的全部上文——和生成时（从换行符开始写）完全一致。
+
+    >>> poem_starts(torch.tensor([0, 5, 6, 0, 7, 8, 0, 9]), eos_id=0, block_size=2)
+    tensor([0, 3])
+    """
+    starts = (ids == eos_id).nonzero().flatten()                       # 换行符的位置
+    return starts[starts < len(ids) - block_size]
+
+
 def get_batch(data: torch.Tensor, batch_size: int, block_size: int,
               device: torch.device | str | None = None,
-              generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+              generator: torch.Generator | None = None,
+              starts: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """从一条长 id 序列里随机取 batch_size 个长度为 block_size 的窗口。
 
     data: [N] 整数 id。返回 x, y: [B, T]，y[:, t] == data[start + t + 1]。
+    ``starts`` 给出时，只从这些起点里随机挑（例如 :func:`poem_starts`）；否则任意位置都可以。
     """
     if data.dim() != 1:
         raise ValueError(f"data 应是一维 id 序列，收到形状 {tuple(data.shape)}")
     if len(data) <= block_size:
         raise ValueError(f"数据只有 {len(data)} 个词元，不够切出 block_size={block_size} 的窗口")
-    starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)   # [B]
+    if starts is None:
+        starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # [B]
+    else:
+        if len(starts) == 0 or int(starts.max()) >= len(data) - block_size:
+            raise ValueError("starts 为空，或有起点离结尾不足一个窗口")
+        starts = starts[torch.randint(len(starts), (batch_size,), generator=generator)]   # [B]
     offsets = torch.arange(block_size)                                                   # [T]
     x = data[starts[:, None] + offsets]             # [B, T]
     y = data[starts[:, None] + offsets + 1]         # [B, T]，向右错一位
@@ -127,7 +147,8 @@ class WindowDataset(Dataset):
         if stride < 1:
             raise ValueError(f"stride 必须 ≥ 1，收到 {stride}")
         if len(data) <= block_size:
-            raise ValueError(f"数据只有 {len(data)} 个词元，不够切出 block_size={block_size} 的窗口")
+            raise ValueError(f"数据只有 {len(data)} 个词元，"
+                             f"不够切出 block_size={block_size} 的窗口")
         self.data, self.block_size, self.stride = data, block_size, stride
 
     def __len__(self) -> int:

@@ -56,10 +56,12 @@ def no_sync(ddp_model: torch.nn.Module, last: bool):
     return contextlib.nullcontext()
 
 
-def any_rank(flag: bool) -> bool:
-    """任一进程为 True 则所有进程都得到 True（按时间停止时各进程必须一起停）。"""
+def from_rank0(value: float) -> float:
+    """返回 0 号进程上的 value（按时间计预算时各进程必须用同一个时钟，才会同步停止、
+    用同一个学习率）。单进程时原样返回。"""
     if not dist.is_initialized():
-        return flag
-    t = torch.tensor([1.0 if flag else 0.0])
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return bool(t.item())
+        return value
+    device = "cuda" if dist.get_backend() == "nccl" else "cpu"      # NCCL 只收 GPU 张量
+    t = torch.tensor([float(value)], dtype=torch.float64, device=device)
+    dist.broadcast(t, src=0)
+    return float(t.item())

@@ -129,6 +129,7 @@ def run(model: GPT | None = None) -> dict:
 def fmt(x, nd: int = 4) -> str:
     """把张量 / 数字格式化成紧凑的字符串，−∞ 写作 −∞。"""
     if isinstance(x, torch.Tensor):
+        x = x.detach()
         if x.dim() == 0:
             return fmt(float(x), nd)
         return "[" + ", ".join(fmt(v, nd) for v in x) + "]"

@@ -118,10 +118,10 @@ def plot_attention_grid(maps: Sequence, tokens: Sequence[str], title: str | None
 
 def plot_attention_models(models: Mapping[str, Sequence], tokens: Sequence[str],
                           layer: int | None = None, title: str | None = None):
-    """把几个模型的注意力并排比较（例如 {"未训练": maps0, "已训练": maps1}）。
+    """把几个模型的注意力放在一起比较（例如 {"未训练": maps0, "已训练": maps1}）。
 
-    行 = 层，列 = 各模型的各个头（模型之间左右并排）。layer=i 时只画第 i 层（0 起）。
-    返回 Figure。
+    layer=None：行 = 层，列 = 各模型的各个头（模型之间左右并排）；
+    layer=i：只取第 i 层（0 起），每个模型一行、每个头一列（模型之间上下对照）。返回 Figure。
     """
     import matplotlib.pyplot as plt
 
@@ -133,10 +133,15 @@ def plot_attention_models(models: Mapping[str, Sequence], tokens: Sequence[str],
     H = _as_heads(picked[names[0]][0]).shape[0]
     if any(len(picked[n]) != L for n in names):
         raise ValueError("各模型的层数不同，无法并排比较")
-    cols = H * len(names)
-    fig, axes = plt.subplots(L, cols, figsize=(1.95 * cols + 0.4, 2.05 * L + 0.7), squeeze=False)
-    for i, n in enumerate(names):
-        block = axes[:, i * H:(i + 1) * H]
+    if layer is not None:                                            # 每个模型一行
+        fig, axes = plt.subplots(len(names), H, figsize=(2.4 * H + 0.4, 2.8 * len(names) + 0.7),
+                                 squeeze=False)
+        blocks = [axes[i:i + 1] for i in range(len(names))]
+    else:                                                            # 模型左右并排
+        fig, axes = plt.subplots(L, H * len(names), figsize=(1.95 * H * len(names) + 0.4,
+                                                             2.05 * L + 0.7), squeeze=False)
+        blocks = [axes[:, i * H:(i + 1) * H] for i in range(len(names))]
+    for n, block in zip(names, blocks):
         plot_attention_grid(picked[n], tokens, axes=block)
         for l in range(L):
             lab = layer + 1 if layer is not None else l + 1
@@ -144,5 +149,5 @@ def plot_attention_models(models: Mapping[str, Sequence], tokens: Sequence[str],
                 block[l, h].set_title(f"{n} · 层 {lab} · 头 {h + 1}", fontsize=8.5)
     if title:
         fig.suptitle(title, fontsize=12)
-    fig.tight_layout()
+    fig.tight_layout(h_pad=1.6)
     return fig

@@ -1,0 +1,304 @@
+"""评估：整份划分上的损失、困惑度、每字比特数，三条基线，以及诗内逐位置的损失。
+
+怎样给一份文本打分（``token_losses``）——每个位置恰好算一次：
+
+* 文本编码成 ids（词表外的字映射为 ``<unk>``），前面补一个虚拟的换行符（诗的结束符）当作
+  "上一首诗刚结束"的语境，于是文本里的**每一个**字（含每首诗末尾的换行）都有一个损失，
+  ``len(text)`` 个字正好 ``len(text)`` 个损失。
+* 输入序列切成长 T（= block_size）的窗口，窗口起点每次前进 ``stride``（默认 T/2）。
+  第一个窗口给自己的全部 T 个位置打分；之后每个窗口只给**最后 stride 个**位置打分，前面
+  T − stride 个位置只当语境——所以除开头以外，每个字至少看得见前面 T − stride 个字
+  （课程模型 T=128：至少 64 个字，比最长的七律 64 字还长，即每个字都看得见本诗的全部前文）。
+  最后一个窗口向左对齐到文本末尾，只给还没打过分的位置打分。
+* 所有窗口一样长，按 batch_size 成批送进模型；``model.eval()`` + ``no_grad``，没有随机采样，
+  同一模型同一文本永远得到同一个数。
+
+基线（都只用训练集统计，在同一词表、同一划分上计算）：均匀分布 ln V；加 k 平滑的一元、二元模型，
+k 在验证集上从 ``K_GRID`` 中选出。
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+SENTENCE_MARKS = "，。？！；：、"    # 断句的标点（语料里实际只出现 ，。？！）
+K_GRID = (1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0)     # 加 k 平滑的候选 k（在验证集上挑）
+LN2 = math.log(2)
+
+
+def encode_text(tok, text: str) -> torch.Tensor:
+    """text → [N] 的 id（词表外的字映射为 <unk>；没有 <unk> 的词表遇到生字会报错）。"""
+    if not isinstance(text, str) or not text:
+        raise ValueError("要评估的文本必须是非空字符串")
+    errors = "unk" if getattr(tok, "unk_id", None) is not None else "strict"
+    return torch.tensor(tok.encode(text, errors=errors), dtype=torch.long)
+
+
+def _eos_id(tok) -> int | None:
+    try:
+        return tok.eos_id
+    except (AttributeError, ValueError):
+        return None
+
+
+def window_plan(n: int, block_size: int, stride: int) -> list[tuple[int, int]]:
+    """n 个待打分位置的窗口计划：[(窗口起点, 从第几个位置开始打分)]，窗口长 min(T, n)。
+
+    >>> window_plan(10, 4, 2)      # 窗口 [0,4) 打 0–3，[2,6) 打 4–5，[4,8) 打 6–7，[6,10) 打 8–9
+    [(0, 0), (2, 4), (4, 6), (6, 8)]
+    >>> window_plan(7, 4, 2)       # 最后一个窗口左移到末尾 [3,7)，只打 6
+    [(0, 0), (2, 4), (3, 6)]
+    """
+    if not 1 <= stride <= block_size:
+        raise ValueError(f"stride 必须在 [1, block_size={block_size}] 内，收到 {stride}")
+    T = min(block_size, n)
+    plan, scored = [(0, 0)], T                        # scored：已经打过分的位置数
+    while scored < n:
+        start = min(scored + stride - T, n - T)
+        plan.append((start, scored))
+        scored = start + T
+    return plan
+
+
+@torch.no_grad()
+def token_losses(model, tok, text: str, batch_size: int = 32, block_size: int | None = None,
+                 stride: int | None = None) -> torch.Tensor:
+    """text 中每个词元的损失（nats），形状 [N]，N = 词元数（字符分词器即 len(text)）。
+
+    打分规则见模块说明；block_size 默认取模型的上下文长度，stride 默认 block_size // 2。
+    """
+    T = block_size or model.config.block_size
+    if T > model.config.block_size:
+        raise ValueError(f"block_size={T} 超过模型的上下文 {model.config.block_size}")
+    stride = stride or max(1, T // 2)
+    ids = encode_text(tok, text)
+    eos = _eos_id(tok)
+    seq = torch.cat([torch.tensor([eos]), ids]) if eos is not None else ids   # [N+1]
+    inputs, targets = seq[:-1], seq[1:]                                      # 各 [N]
+    n = len(targets)
+    if n == 0:
+        raise ValueError("文本太短：没有可以打分的位置")
+    plan = window_plan(n, T, stride)
+    Tw = min(T, n)
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    out = torch.empty(n)
+    try:
+        for b in range(0, len(plan), batch_size):
+            chunk = plan[b:b + batch_size]
+            starts = torch.tensor([s for s, _ in chunk])
+            cols = starts[:, None] + torch.arange(Tw)                        # [B, Tw]
+            logits, _ = model(inputs[cols].to(device))                       # [B, Tw, V]
+            loss = F.cross_entropy(logits.float().transpose(1, 2), targets[cols].to(device),
+                                   reduction="none").cpu()                   # [B, Tw]
+            for row, (s, first) in enumerate(chunk):
+                out[first:s + Tw] = loss[row, first - s:]
+    finally:
+        model.train(was_training)
+    return out
+
+
+def split_loss(model, tok, text: str, batch_size: int = 32, block_size: int | None = None,
+               stride: int | None = None) -> float:
+    """整段文本的平均损失（nats / 词元），每个位置恰好算一次。"""
+    return float(token_losses(model, tok, text, batch_size, block_size, stride).mean())
+
+
+@dataclass(frozen=True)
+class SplitMetrics:
+    loss: float            # nats / 词元
+    perplexity: float      # e^loss：模型平均在多少个候选字之间"犹豫"
+    bits_per_char: float   # 每个字平均需要多少比特来编码
+    n_tokens: int
+    n_chars: int
+
+    def row(self) -> str:
+        return (f"loss {self.loss:.4f} nats | 困惑度 {self.perplexity:,.1f} | "
+                f"{self.bits_per_char:.3f} bits/字")
+
+
+def metrics_from_loss(loss: float, n_tokens: int = 1, n_chars: int | None = None) -> SplitMetrics:
+    """由平均损失换算困惑度与每字比特数（词元不是单字时按总信息量 / 字数换算）。"""
+    n_chars = n_tokens if n_chars is None else n_chars
+    return SplitMetrics(loss=loss, perplexity=math.exp(loss),
+                        bits_per_char=loss * n_tokens / n_chars / LN2,
+                        n_tokens=n_tokens, n_chars=n_chars)
+
+
+def split_metrics(model, tok, text: str, **kw) -> SplitMetrics:
+    """一个划分上的 loss、困惑度、bits/字。"""
+    losses = token_losses(model, tok, text, **kw)
+    return metrics_from_loss(float(losses.mean()), len(losses), len(text))
+
+
+# ---------------------------------------------------------------- 基线
+def uniform_baseline(tok) -> float:
+    """什么都不学、每个字等概率：损失 = ln V。"""
+    return math.log(tok.vocab_size)
+
+
+class NGramCounts:
+    """训练集上的一元、二元计数（二元对编码成 a·V+b 存成有序数组，查找用二分）。
+
+    和 ``token_losses`` 一样，文本前补一个虚拟换行符，所以每首诗第一个字的"上一个字"是换行。
+    """
+
+    def __init__(self, tok, train_text: str):
+        self.V = tok.vocab_size
+        self.tok = tok
+        ids = self._with_eos(train_text)                                     # [N+1]
+        self.unigram = np.bincount(ids[1:], minlength=self.V).astype(np.float64)      # [V]
+        self.context = np.bincount(ids[:-1], minlength=self.V).astype(np.float64)     # [V]
+        self.pairs, self.pair_counts = np.unique(ids[:-1] * self.V + ids[1:], return_counts=True)
+        self.n = len(ids) - 1
+
+    def _with_eos(self, text: str) -> np.ndarray:
+        ids = encode_text(self.tok, text).numpy()
+        eos = _eos_id(self.tok)
+        return np.concatenate([[eos], ids]) if eos is not None else ids
+
+    def loss(self, text: str, order: int, k: float) -> float:
+        """加 k 平滑的 order 元模型在 text 上的平均损失（nats / 字）。"""
+        if k <= 0:
+            raise ValueError(f"平滑参数 k 必须 > 0，收到 {k}")
+        ids = self._with_eos(text)
+        prev, nxt = ids[:-1], ids[1:]
+        if order == 1:                        # p(b) = (c(b) + k) / (N + kV)
+            p = (self.unigram[nxt] + k) / (self.n + k * self.V)
+        elif order == 2:                      # p(b|a) = (c(a,b) + k) / (c(a) + kV)
+            codes = prev * self.V + nxt
+            pos = np.searchsorted(self.pairs, codes).clip(max=len(self.pairs) - 1)
+            c = np.where(self.pairs[pos] == codes, self.pair_counts[pos], 0)
+            p = (c + k) / (self.context[prev] + k * self.V)
+        else:
+            raise ValueError(f"order 只能是 1（一元）或 2（二元），收到 {order}")
+        return float(-np.log(p).mean())
+
+    def best_k(self, val_text: str, order: int, grid=K_GRID) -> float:
+        """在验证集上挑损失最小的 k（测试集从不参与挑选）。"""
+        return min(grid, key=lambda k: self.loss(val_text, order, k))
+
+
+def unigram_baseline(tok, train_text: str, text: str, k: float = 1.0) -> float:
+    """只看字频（不看上文）的一元模型，加 k 平滑。"""
+    return NGramCounts(tok, train_text).loss(text, 1, k)
+
+
+def bigram_baseline(tok, train_text: str, text: str, k: float = 0.01) -> float:
+    """只看上一个字的二元模型，加 k 平滑。"""
+    return NGramCounts(tok, train_text).loss(text, 2, k)
+
+
+def baselines(tok, train_text: str, val_text: str, test_text: str | None = None,
+              grid=K_GRID) -> dict[str, dict]:
+    """三条基线在 val（和 test）上的损失：{名字: {"k": k 或 None, "val": …, "test": …}}。"""
+    counts = NGramCounts(tok, train_text)
+    out = {"均匀 (ln V)": {"k": None, "val": uniform_baseline(tok)}}
+    if test_text is not None:
+        out["均匀 (ln V)"]["test"] = uniform_baseline(tok)
+    for name, order in (("一元 (unigram)", 1), ("二元 (bigram)", 2)):
+        k = counts.best_k(val_text, order, grid)
+        out[name] = {"k": k, "val": counts.loss(val_text, order, k)}
+        if test_text is not None:
+            out[name]["test"] = counts.loss(test_text, order, k)
+    return out
+
+
+# ---------------------------------------------------------------- 诗内逐位置的损失
+SLOTS = ("第1字", "第2字", "第3字", "第4字", "第5字", "第6字", "第7字", "标点", "换行")
+
+
+@dataclass
+class PositionLoss:
+    """by_slot[5] / by_slot[7]：五言 / 七言诗里句中各位置（SLOTS）的平均损失（没有的为 nan）；
+    by_line：诗中第 1…8 句的汉字平均损失；counts 与之对应的样本数。"""
+    by_slot: dict[int, list[float]]
+    by_line: list[float]
+    slot_counts: dict[int, list[int]]
+
+
+def loss_by_position(losses, text: str) -> PositionLoss:
+    """把逐字损失（与 text 一一对应，如 ``token_losses`` 的输出）按诗中位置归类求平均。
+
+    一句 = 两个标点之间的字；句中第 i 个字归入"第 i 字"，句末标点归入"标点"，诗末换行归入"换行"。
+    诗的言数（5 或 7）取第一句的长度；别的长度的诗不计入 by_slot。
+    """
+    losses = torch.as_tensor(losses, dtype=torch.float64)
+    if len(losses) != len(text):
+        raise ValueError(f"损失有 {len(losses)} 个，文本有 {len(text)} 个字，二者应一一对应")
+    sums = {w: np.zeros(len(SLOTS)) for w in (5, 7)}
+    cnts = {w: np.zeros(len(SLOTS), dtype=np.int64) for w in (5, 7)}
+    line_sum, line_cnt = np.zeros(8), np.zeros(8, dtype=np.int64)
+    lv = losses.numpy()
+    i = 0
+    for poem in text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"):
+        width = next((j for j, c in enumerate(poem) if c in SENTENCE_MARKS), 0)
+        col, line = 0, 0
+        for j, c in enumerate(poem + "\n"):
+            v = lv[i + j]
+            if c == "\n":
+                slot = 8
+            elif c in SENTENCE_MARKS:
+                slot, col, line = 7, 0, line + 1
+            else:
+                slot, col = min(col, 6), col + 1
+                if line < 8:
+                    line_sum[line] += v
+                    line_cnt[line] += 1
+            if width in sums:
+                sums[width][slot] += v
+                cnts[width][slot] += 1
+        i += len(poem) + 1
+    with np.errstate(invalid="ignore"):
+        by_slot = {w: (sums[w] / cnts[w]).tolist() for w in (5, 7)}
+        by_line = (line_sum / line_cnt).tolist()
+    return PositionLoss(by_slot=by_slot, by_line=by_line,
+                        slot_counts={w: cnts[w].tolist() for w in (5, 7)})
+
+
+# ---------------------------------------------------------------- 命令行：python -m gptcourse eval
+def cli_arguments(p) -> None:
+    from .data import available_corpora
+    p.add_argument("--checkpoint", default=None, help="检查点路径（默认：随课程发布的模型）")
+    p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
+    p.add_argument("--samples", type=int, default=200, help="验收用的采样首数")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--batch-size", type=int, default=32)
+
+
+def cli_main(args) -> int:
+    from . import checkpoint
+    from .acceptance import acceptance_checks, acceptance_table, sample_poems
+    from .data import load_corpus
+
+    if args.samples < 1:
+        raise ValueError(f"--samples 必须 ≥ 1，收到 {args.samples}")
+    model, tok, meta = checkpoint.load(args.checkpoint)
+    corpus = load_corpus(args.corpus)
+    name = args.checkpoint or "随课程发布的模型"
+    print(f"检查点：{name}（第 {meta['step']} 步）；语料 {args.corpus}")
+    val = split_metrics(model, tok, corpus.val, batch_size=args.batch_size)
+    test = split_metrics(model, tok, corpus.test, batch_size=args.batch_size)
+    base = baselines(tok, corpus.train, corpus.val, corpus.test)
+    print(f"\n{'':16}{'val loss':>10}{'test loss':>11}{'val 困惑度':>12}{'val bits/字':>12}")
+    rows = [("模型", val.loss, test.loss)] + [
+        (name + (f" k={b['k']:g}" if b["k"] else ""), b["val"], b["test"])
+        for name, b in base.items()]
+    for name, v, t in rows:
+        print(f"{name:<16}{v:>10.4f}{t:>11.4f}{math.exp(v):>13,.1f}{v / LN2:>12.3f}")
+    samples = sample_poems(model, tok, args.samples, seed=args.seed,
+                           temperature=args.temperature)
+    print(f"\n采样 {len(samples)} 首（温度 {args.temperature}，空提示，种子从 {args.seed} 起），"
+          "例如：")
+    for s in samples[:3]:
+        print("  " + s)
+    checks = acceptance_checks(samples, corpus.train, val_loss=val.loss)
+    print()
+    print(acceptance_table(checks))
+    return 0 if all(c.passed for c in checks) else 1

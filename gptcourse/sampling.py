@@ -1,0 +1,113 @@
+"""采样器：作用在一个 logits 向量 [V]（或一批 [B, V]）上的小纯函数。
+
+解码循环（:mod:`gptcourse.generate`）每一步按这个顺序调用它们：
+重复惩罚 → 格式掩码 → 温度 → top-k → top-p → softmax → 抽样（温度 0 时直接 argmax）。
+这些函数也从 ``gptcourse.generate`` 导出。
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+NEG_INF = float("-inf")
+
+
+# ---------------------------------------------------------------- 参数检查
+def check_sampling_args(temperature=1.0, top_k=None, top_p=None, repetition_penalty=1.0) -> None:
+    """不合法的采样参数 → ValueError（说明哪个参数、收到了什么、应该是什么）。"""
+    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
+            or temperature < 0:
+        raise ValueError(f"temperature 必须是 ≥ 0 的有限数（0 = 贪心），收到 {temperature!r}")
+    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+        raise ValueError(f"top_k 必须是 ≥ 1 的整数或 None，收到 {top_k!r}")
+    if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p 必须在 (0, 1] 之内或为 None，收到 {top_p!r}")
+    if not isinstance(repetition_penalty, (int, float)) or not math.isfinite(repetition_penalty) \
+            or repetition_penalty <= 0:
+        raise ValueError(f"repetition_penalty 必须 > 0（1 = 不惩罚），收到 {repetition_penalty!r}")
+
+
+# ---------------------------------------------------------------- 采样器：logits [..., V] 进出
+def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """logits / τ。τ < 1 让分布更尖，τ > 1 更平。
+
+    τ = 0 是贪心，不能相除（见 :func:`sample_next`）。
+    """
+    check_sampling_args(temperature=temperature)
+    if temperature == 0:
+        raise ValueError("temperature=0 表示贪心解码，不能用来除 logits；请直接取 argmax")
+    return logits / temperature
+
+
+def top_k_filter(logits: torch.Tensor, k: int | None) -> torch.Tensor:
+    """只保留最大的 k 个 logits，其余设为 −∞。k 超过词表大小时按词表大小处理（并列的都保留）。
+
+    >>> top_k_filter(torch.tensor([1.0, 3.0, 2.0]), 2).tolist()
+    [-inf, 3.0, 2.0]
+    """
+    if k is None:
+        return logits
+    check_sampling_args(top_k=k)
+    k = min(k, logits.size(-1))
+    kth = torch.topk(logits, k, dim=-1).values[..., -1:]              # 第 k 大的值 [..., 1]
+    return logits.masked_fill(logits < kth, NEG_INF)
+
+
+def top_p_filter(logits: torch.Tensor, p: float | None) -> torch.Tensor:
+    """核采样：按概率从大到小累加，保留累计概率**刚好达到或越过** p 的那个词元及它前面的全部。
+
+    一个词元被去掉，当且仅当排在它前面的词元的概率之和已经 ≥ p；所以最可能的词元永远保留。
+
+    >>> top_p_filter(torch.tensor([0.5, 0.3, 0.2]).log(), 0.6).isinf().tolist()
+    [False, False, True]
+    """
+    if p is None:
+        return logits
+    check_sampling_args(top_p=p)
+    if p >= 1:
+        return logits
+    sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+    probs = sorted_logits.float().softmax(-1)                        # [..., V]，从大到小
+    before = torch.cumsum(probs, -1) - probs                         # 排在前面的累计概率
+    before[..., 0] = 0.0                                             # 第一名前面什么都没有
+    remove_sorted = before >= p
+    remove = remove_sorted.scatter(-1, order, remove_sorted)         # 还原回词表顺序
+    return logits.masked_fill(remove, NEG_INF)
+
+
+def apply_repetition_penalty(logits: torch.Tensor, ids, penalty: float) -> torch.Tensor:
+    """对出现过的词元施加惩罚（CTRL 的做法）：正的 logit 除以 penalty，负的乘以 penalty。
+
+    penalty > 1 时两种情况都让这个词元的概率变小（负数乘以 1.2 更负；只做除法会把负数往 0 拉，
+    反而**提高**了它的概率——这是一个常见的错误）。``ids``：[n] 或 [B, n]，重复无妨。
+
+    >>> apply_repetition_penalty(torch.tensor([2.0, -2.0, 1.0]), [0, 1], 2.0).tolist()
+    [1.0, -4.0, 1.0]
+    """
+    check_sampling_args(repetition_penalty=penalty)
+    ids = torch.as_tensor(ids, dtype=torch.long, device=logits.device)
+    if penalty == 1 or ids.numel() == 0:
+        return logits
+    if ids.dim() != logits.dim():
+        raise ValueError(f"ids 的维数 {ids.dim()} 与 logits 的维数 {logits.dim()} 不一致")
+    score = logits.gather(-1, ids)
+    score = torch.where(score > 0, score / penalty, score * penalty)
+    return logits.scatter(-1, ids, score)
+
+
+def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None, generator: torch.Generator | None = None
+                ) -> torch.Tensor:
+    """从 logits [V] 或 [B, V] 选出下一个词元 → [] 或 [B] 的 id。
+
+    顺序：温度 → top-k → top-p → softmax → 按概率抽样。temperature=0 时直接取 argmax（贪心）。
+    """
+    check_sampling_args(temperature, top_k, top_p)
+    if torch.isneginf(logits).all(-1).any():
+        raise ValueError("没有任何可选的词元（所有 logits 都被屏蔽成了 −∞）")
+    if temperature == 0:
+        return logits.argmax(-1)
+    logits = apply_temperature(logits.float(), temperature)
+    probs = top_p_filter(top_k_filter(logits, top_k), top_p).softmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)

@@ -1,0 +1,150 @@
+"""命令行 ``python -m gptcourse train``：在语料上训练、保存 best/last 检查点、打印总结。
+
+    python -m gptcourse train --corpus tang_jinti --preset course --minutes 10 --out ckpt/course.pt
+    torchrun --nproc_per_node=2 -m gptcourse train ...      # 同一个入口，多进程 DDP
+
+只有 0 号进程写检查点与打印；``gptcourse.train`` 里的 cli_arguments / cli_main 转到这里。
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shlex
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from . import checkpoint
+from . import distributed as dist_utils
+from .config import preset, preset_names
+from .data import available_corpora, load_corpus, poem_starts
+from .model import GPT
+from .runtime import get_device, set_seed
+from .tokenizer import CharTokenizer
+from .train import History, TrainConfig, bf16_is_faster, make_optimizer, train
+
+
+def cli_arguments(p) -> None:
+    p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
+    p.add_argument("--preset", default="course", choices=preset_names())
+    p.add_argument("--out", required=True, help="检查点路径（另存 <名>.best.pt 与 <名>.last.pt）")
+    p.add_argument("--minutes", type=float, default=None, help="墙钟预算（分钟）")
+    p.add_argument("--steps", type=int, default=None, help="步数预算")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--block-size", type=int, default=None, help="覆盖预设的上下文长度")
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup", type=int, default=100)
+    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--dropout", type=float, default=None, help="覆盖预设的全部 dropout")
+    p.add_argument("--eval-interval", type=int, default=100)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-bf16", action="store_true", help="关闭 bf16 自动混合精度")
+    p.add_argument("--bf16", action="store_true", help="强制使用 bf16（不做测速判断）")
+    p.add_argument("--half", action="store_true", help="以 bf16 存储权重（文件减半）")
+    p.add_argument("--windows", choices=("poem", "random"), default="poem",
+                   help="训练窗口的起点：poem = 每首诗前的换行符（默认，与生成时一致）；"
+                        "random = 任意位置")
+    p.add_argument("--no-progress", action="store_true")
+    # 测试用：每个进程把最终权重的哈希和本进程的损失写进这个目录（检查 DDP 各进程是否一致）
+    p.add_argument("--dump-rank-state", default=None, help=argparse.SUPPRESS)
+
+
+def cli_main(args) -> int:
+    if args.minutes is None and args.steps is None:
+        raise ValueError("请用 --minutes 或 --steps 给出训练预算")
+    if args.no_bf16 and args.bf16:
+        raise ValueError("--bf16 与 --no-bf16 不能同时给出")
+    bf16 = False if args.no_bf16 else (True if args.bf16 else "auto")
+    tcfg = TrainConfig(batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup,
+                       max_steps=args.steps, max_minutes=args.minutes, grad_accum=args.grad_accum,
+                       eval_interval=args.eval_interval, seed=args.seed, bf16=bf16,
+                       progress=not args.no_progress)            # 先检查参数，再做耗时的事
+    dist_utils.init()
+    rank = dist_utils.rank()
+    set_seed(args.seed)
+    corpus = load_corpus(args.corpus)
+    tok = CharTokenizer.from_text(corpus.train)
+    overrides = {"vocab_size": tok.vocab_size}
+    if args.block_size:
+        overrides["block_size"] = args.block_size
+    if args.dropout is not None:
+        overrides.update(dropout=args.dropout, attn_dropout=args.dropout,
+                         resid_dropout=args.dropout)
+    cfg = preset(args.preset, **overrides)
+    device = get_device()
+    model = GPT(cfg).to(device)
+    train_ids = torch.tensor(tok.encode(corpus.train), dtype=torch.long)
+    val_ids = torch.tensor(tok.encode(corpus.val, errors="unk"), dtype=torch.long)
+    starts = None
+    if args.windows == "poem":              # 窗口从换行符开始：模型总能看到整首诗的上文
+        starts = {name: poem_starts(ids, tok.eos_id, cfg.block_size)
+                  for name, ids in (("train", train_ids), ("val", val_ids))}
+    out = Path(args.out)
+    best_path, last_path = out.with_suffix(".best.pt"), out.with_suffix(".last.pt")
+    optimizer = make_optimizer(model, tcfg.lr, tcfg.weight_decay, tcfg.betas)
+    history = History()
+    used_bf16 = bf16_is_faster(device) if bf16 == "auto" else bf16
+    meta = {"corpus": args.corpus, "preset": args.preset, "train_config": asdict(tcfg),
+            "bf16": used_bf16, "windows": args.windows, "world_size": dist_utils.world_size(),
+            "command": _command(args)}
+    if rank == 0:
+        n = sum(p.numel() for p in model.parameters())
+        print(f"模型 {args.preset}：{n:,} 个参数；词表 {tok.vocab_size}；设备 {device.type}；"
+              f"bf16={'开' if used_bf16 else '关'}；进程数 {dist_utils.world_size()}")
+
+    def on_eval(step, val, is_best):                  # 只在 0 号进程上被调用
+        m = {**meta, "val_loss": val, "history": history.to_dict()}
+        checkpoint.save(last_path, model, tok, optimizer=optimizer, step=step, meta=m)
+        if is_best:
+            checkpoint.save(best_path, model, tok, step=step, meta=m, half=args.half)
+
+    t0 = time.perf_counter()
+    history = train(model, train_ids, val_ids, tcfg, optimizer=optimizer, history=history,
+                    on_eval=on_eval, starts=starts)
+    wall = time.perf_counter() - t0
+    steps = history.steps[-1]["step"] if history.steps else 0
+    if args.dump_rank_state:
+        _dump_rank_state(Path(args.dump_rank_state), rank, model, history)
+    if rank == 0:
+        tokens = steps * tcfg.batch_size * cfg.block_size * tcfg.grad_accum * \
+            dist_utils.world_size()
+        summary = {"steps": steps, "tokens": tokens, "wall_s": round(wall, 1),
+                   "tokens_per_s": round(tokens / wall), "best_val_loss": history.best_val}
+        # 发布用的文件 = 验证损失最好的那一版（只含权重，不含优化器状态）
+        model_best, _, _ = checkpoint.load(best_path)
+        checkpoint.save(out, model_best, tok, step=steps,
+                        meta={**meta, **summary, "history": history.to_dict()}, half=args.half)
+        print("训练完成：" + json.dumps(summary, ensure_ascii=False))
+    dist_utils.cleanup()
+    return 0
+
+
+def _command(args) -> str:
+    """记录训练命令：从命令行启动时照抄 argv，否则由解析后的参数重建。"""
+    if len(sys.argv) > 1 and sys.argv[1] == "train":
+        argv = sys.argv[2:]
+    else:
+        argv = []
+        for k, v in vars(args).items():
+            if k in ("command", "func") or v is None or v is False:
+                continue
+            flag = "--" + k.replace("_", "-")
+            argv += [flag] if v is True else [flag, str(v)]
+    world = dist_utils.world_size()
+    launcher = f"torchrun --nproc_per_node={world} -m" if world > 1 else "python -m"
+    return f"{launcher} gptcourse train " + shlex.join(argv)
+
+
+def _dump_rank_state(folder, rank: int, model: torch.nn.Module, history: History) -> None:
+    h = hashlib.sha256()
+    for k, v in sorted(model.state_dict().items()):
+        h.update(k.encode())
+        h.update(v.detach().cpu().contiguous().numpy().tobytes())
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"rank{rank}.json").write_text(json.dumps(
+        {"rank": rank, "world_size": dist_utils.world_size(), "weights_sha256": h.hexdigest(),
+         "losses": [r["loss"] for r in history.steps]}))

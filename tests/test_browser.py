@@ -1,0 +1,160 @@
+"""网页演示的端到端测试：无界面 Chromium 打开页面、输入开头、点"写诗"，看着诗一个字一个字出现。
+
+浏览器由 chromedriver 驱动；WebDriver 协议就是 HTTP + JSON，所以只用标准库（urllib），
+不需要 selenium。需要 Debian 的 ``chromium`` 和 ``chromium-driver``（``.ci/run`` 会安装）；
+没有时跳过并说明原因。设置环境变量 GPTCOURSE_SCREENSHOT=路径 可以把截图保存下来。
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.request
+
+import pytest
+import torch
+
+from gptcourse import checkpoint
+from gptcourse.config import preset
+from gptcourse.constraints import check_form
+from gptcourse.data import load_corpus
+from gptcourse.model import GPT
+from gptcourse.serve import make_server
+from gptcourse.tokenizer import CharTokenizer
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+ELEMENT = "element-6066-11e4-a52e-4f735466cecf"          # W3C WebDriver 规定的元素键名
+
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM and DRIVER),
+    reason="没有找到 chromium / chromedriver（Debian：apt-get install chromium chromium-driver）")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class WebDriver:
+    """最小的 W3C WebDriver 客户端：每个方法就是一次 HTTP 请求。"""
+
+    def __init__(self, port: int):
+        self.base = f"http://127.0.0.1:{port}"
+        self.sid = None
+
+    def call(self, method: str, path: str, body: dict | None = None):
+        url = self.base + (f"/session/{self.sid}" if self.sid else "") + path
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            return json.loads(r.read())["value"]
+
+    def start(self, profile: str) -> None:
+        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--disable-background-networking", "--disable-component-update",
+                "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
+                "--window-size=900,900"]
+        caps = {"capabilities": {"alwaysMatch": {
+            "browserName": "chrome", "goog:chromeOptions": {"binary": CHROMIUM, "args": args}}}}
+        self.sid = self.call("POST", "/session", caps)["sessionId"]
+
+    def js(self, script: str, *args):
+        return self.call("POST", "/execute/sync", {"script": script, "args": list(args)})
+
+    def element(self, css: str) -> str:
+        return self.call("POST", "/element", {"using": "css selector", "value": css})[ELEMENT]
+
+    def quit(self) -> None:
+        if self.sid:
+            try:
+                self.call("DELETE", "")
+            finally:
+                self.sid = None
+
+
+@pytest.fixture(scope="module")
+def demo():
+    if checkpoint.SHIPPED.exists():
+        model, tok, _ = checkpoint.load()
+    else:                                    # 还没有发布的模型时，用一个随机的小模型
+        tok = CharTokenizer.from_text(load_corpus("tang_5jue").train)
+        torch.manual_seed(0)
+        model = GPT(preset("course", vocab_size=tok.vocab_size, n_layer=2, n_head=2, n_embd=32))
+    srv = make_server(model, tok, "127.0.0.1", 0)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    port = _free_port()
+    proc = subprocess.Popen([DRIVER, f"--port={port}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    driver = WebDriver(port)
+    profile = tempfile.mkdtemp(prefix="gptcourse-chromium-")
+    try:
+        for _ in range(100):                  # 等 chromedriver 开始监听
+            try:
+                driver.call("GET", "/status")
+                break
+            except OSError:
+                time.sleep(0.1)
+        driver.start(profile)
+        yield driver
+    finally:
+        driver.quit()
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(profile, ignore_errors=True)
+
+
+def test_page_writes_a_poem_token_by_token(demo, browser):
+    browser.call("POST", "/url", {"url": demo + "/"})
+    assert browser.js("return document.title") == "唐诗 GPT · 网页演示"
+    # 数一数诗的文字被更新了多少次：逐字出现时，每个字都是一次 DOM 变化
+    browser.js("window.__updates = 0; new MutationObserver(() => window.__updates++)"
+               ".observe(document.getElementById('poem'),"
+               " {childList: true, characterData: true, subtree: true});")
+    prompt = browser.element("#prompt")
+    browser.call("POST", f"/element/{prompt}/value", {"text": "春"})
+    browser.js("document.getElementById('form').value = arguments[0];", "五绝")
+    browser.js("document.getElementById('seed').value = '7';")
+    browser.call("POST", f"/element/{browser.element('#go')}/click", {})
+    deadline = time.time() + 90
+    while browser.js("return document.getElementById('poem').dataset.done") != "1":
+        status = browser.js("return document.getElementById('status').textContent")
+        assert not status.startswith("出错了"), status
+        assert time.time() < deadline, "90 秒内没有写完"
+        time.sleep(0.1)
+    shown = browser.js("return document.getElementById('poem').textContent")
+    poem = shown.replace("\n", "")
+    assert poem.startswith("春") and check_form(poem, "五绝"), shown
+    assert shown.count("\n") == 1                                # 每个"。"之后换行
+    assert browser.js("return window.__updates") >= len(poem) - 1   # 一个字一个字地出现
+    assert browser.js("return document.getElementById('status').textContent").startswith("完成")
+    png = base64.b64decode(browser.call("GET", "/screenshot"))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+    if os.environ.get("GPTCOURSE_SCREENSHOT"):
+        with open(os.environ["GPTCOURSE_SCREENSHOT"], "wb") as f:
+            f.write(png)
+
+
+def test_bad_input_shows_an_error_message(demo, browser):
+    browser.call("POST", "/url", {"url": demo + "/?prompt=%E2%98%83&auto=1"})      # 提示 = ☃
+    deadline = time.time() + 30
+    while browser.js("return document.getElementById('poem').dataset.done") != "error":
+        assert time.time() < deadline, "没有显示错误"
+        time.sleep(0.1)
+    status = browser.js("return document.getElementById('status').textContent")
+    assert "出错了" in status and "☃" in status

@@ -1,0 +1,309 @@
+"""gptcourse.generate：采样器、解码循环、KV 缓存、批量、约束解码、流式输出与命令行。"""
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from gptcourse import checkpoint, cli
+from gptcourse.config import preset
+from gptcourse.constraints import FORMS, VerseConstraint, check_form
+from gptcourse.data import load_corpus
+from gptcourse.generate import (apply_repetition_penalty, apply_temperature, generate,
+                                generate_batch, next_token_probs, sample_next, stream_tokens,
+                                top_k_filter, top_p_filter)
+from gptcourse.model import GPT
+from gptcourse.tokenizer import CharTokenizer, UnknownCharacterError
+
+INF = float("-inf")
+
+
+@pytest.fixture(scope="module")
+def tok() -> CharTokenizer:
+    return CharTokenizer.from_text(load_corpus("tang_5jue").train + "春夏秋冬")   # ≈3,600 个字
+
+
+def tiny(tok, pos="rope", block_size=160, seed=0, dtype=torch.float64) -> GPT:
+    """随机初始化的小模型（不训练）。float64 让缓存与重算的差别远小于任何采样边界。"""
+    torch.manual_seed(seed)
+    design = "course" if pos == "rope" else "mini"
+    cfg = preset(design, vocab_size=tok.vocab_size, block_size=block_size, n_layer=2, n_head=2,
+                 n_embd=32, dropout=0.0, attn_dropout=0.0, resid_dropout=0.0)
+    return GPT(cfg).to(dtype).eval()
+
+
+@pytest.fixture(scope="module")
+def rope_model(tok):
+    return tiny(tok, "rope")
+
+
+# ---------------------------------------------------------------- 采样器
+def test_top_k_keeps_k_largest_and_clips_k():
+    x = torch.tensor([1.0, 5.0, 3.0, -2.0])
+    assert top_k_filter(x, 2).tolist() == [INF, 5.0, 3.0, INF]
+    assert top_k_filter(x, 1).tolist() == [INF, 5.0, INF, INF]
+    assert torch.equal(top_k_filter(x, 100), x)                      # k 超过 V：按 V 处理
+    assert torch.equal(top_k_filter(x, None), x)
+    batch = top_k_filter(torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]]), 1)
+    assert batch.isinf().tolist() == [[True, True, False], [False, True, True]]
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="top_k"):
+            top_k_filter(x, bad)
+
+
+def test_top_p_keeps_the_token_that_crosses_p():
+    x = torch.tensor([0.2, 0.5, 0.3]).log()                          # 排序后 0.5, 0.3, 0.2
+    kept = lambda p: (~top_p_filter(x, p).isinf()).tolist()          # noqa: E731
+    assert kept(0.4) == [False, True, False]       # 0.5 一个就越过了 0.4
+    assert kept(0.7) == [False, True, True]        # 0.5 < 0.7，加上 0.3 才越过：0.3 保留
+    assert kept(0.79) == [False, True, True]
+    assert kept(0.81) == [True, True, True]        # 0.8 还不够，0.2 越过 0.81
+    assert kept(1.0) == [True, True, True]
+    assert kept(1e-9) == [False, True, False]      # 最可能的词元永远保留
+    # 保留下来的 logits 数值不变；批量按行独立
+    assert top_p_filter(x, 0.7)[1:].tolist() == x[1:].tolist()
+    b = top_p_filter(torch.stack([x, x.flip(0)]), 0.4)
+    assert (~b.isinf()).tolist() == [[False, True, False], [False, True, False]]
+    for bad in (0, -0.1, 1.01, math.nan):
+        with pytest.raises(ValueError, match="top_p"):
+            top_p_filter(x, bad)
+
+
+def test_repetition_penalty_divides_positive_and_multiplies_negative():
+    x = torch.tensor([2.0, -2.0, 1.0, -1.0])
+    out = apply_repetition_penalty(x, [0, 1, 1], 2.0)                # 重复的 id 只罚一次
+    assert out.tolist() == [1.0, -4.0, 1.0, -1.0]
+    p, q = x.softmax(-1), out.softmax(-1)
+    assert q[1] < p[1] and q[0] < p[0]                               # 负 logit 的概率也变小了
+    assert torch.equal(apply_repetition_penalty(x, [0, 1], 1.0), x)
+    assert torch.equal(apply_repetition_penalty(x, [], 3.0), x)
+    two = apply_repetition_penalty(torch.stack([x, x]), torch.tensor([[0], [1]]), 2.0)
+    assert two.tolist() == [[1.0, -2.0, 1.0, -1.0], [2.0, -4.0, 1.0, -1.0]]
+    for bad in (0, -1.0, math.inf):
+        with pytest.raises(ValueError, match="repetition_penalty"):
+            apply_repetition_penalty(x, [0], bad)
+
+
+def test_temperature_and_greedy():
+    x = torch.tensor([2.0, 1.0, 0.5, 0.1])
+    torch.testing.assert_close(apply_temperature(x, 0.5), torch.tensor([4.0, 2.0, 1.0, 0.2]))
+    assert apply_temperature(x, 2.0).softmax(-1).max() < x.softmax(-1).max()   # τ > 1 更平
+    with pytest.raises(ValueError, match="贪心"):
+        apply_temperature(x, 0)
+    for bad in (-0.5, math.nan, math.inf):
+        with pytest.raises(ValueError, match="temperature"):
+            sample_next(x, bad)
+    assert int(sample_next(x, 0)) == 0                               # 温度 0 = argmax
+    assert sample_next(torch.stack([x, x.flip(0)]), 0).tolist() == [0, 3]
+    assert all(int(sample_next(x, 5.0, top_k=1)) == 0 for _ in range(20))
+
+
+def test_sample_next_is_reproducible_and_follows_probabilities():
+    x = torch.tensor([0.5, 0.3, 0.2]).log()
+    g1, g2 = torch.Generator().manual_seed(7), torch.Generator().manual_seed(7)
+    a = [int(sample_next(x, generator=g1)) for _ in range(50)]
+    assert a == [int(sample_next(x, generator=g2)) for _ in range(50)]
+    g = torch.Generator().manual_seed(0)
+    draws = torch.stack([sample_next(x, generator=g) for _ in range(4000)])
+    freq = torch.bincount(draws, minlength=3).float() / 4000
+    assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.2]), atol=0.03)
+    assert set(sample_next(x, top_p=0.7, generator=g).item() for _ in range(200)) == {0, 1}
+    with pytest.raises(ValueError, match="没有任何可选"):
+        sample_next(torch.full((3,), INF))
+
+
+# ---------------------------------------------------------------- 解码循环
+def test_greedy_equals_a_hand_written_loop(tok, rope_model):
+    ids = [tok.eos_id] + tok.encode("春风")
+    for _ in range(30):
+        logits = rope_model(torch.tensor([ids]))[0][0, -1]
+        logits[tok.unk_id] = INF
+        ids.append(int(logits.argmax()))
+        if ids[-1] == tok.eos_id:
+            break
+    want = tok.decode(ids[1:]).rstrip("\n")
+    assert generate(rope_model, tok, "春风", max_new_tokens=30, temperature=0) == want
+    assert generate(rope_model, tok, "春风", max_new_tokens=30, temperature=0, top_k=3) == want
+
+
+def _favouring(tok, token_id: int) -> GPT:
+    """一个模型：最后的 LayerNorm 输出恒为全 1，输出头里只有 token_id 那一行与它对齐。"""
+    m = tiny(tok, "learned", seed=3)
+    with torch.no_grad():
+        m.lm_head = torch.nn.Linear(32, tok.vocab_size, bias=False).to(torch.float64)
+        m.lm_head.weight.normal_(0, 0.02)
+        m.lm_head.weight[token_id] = 1.0                   # logit = 32，其余约 ±0.1
+        m.norm_f.weight.zero_()
+        m.norm_f.bias.fill_(1.0)
+    return m
+
+
+def test_stops_at_end_token_and_max_new_tokens(tok, rope_model):
+    ends = _favouring(tok, tok.eos_id)
+    assert generate(ends, tok, "春", seed=0) == "春"                 # 第一步就写了结束符
+    assert list(stream_tokens(ends, tok, "春", temperature=0)) == []
+    assert generate(rope_model, tok, "春", max_new_tokens=0) == "春"
+    out = generate(rope_model, tok, "", max_new_tokens=7, seed=1)
+    assert len(out) == 7 and "\n" not in out
+
+
+def test_never_samples_unknown_token(tok):
+    unk = _favouring(tok, tok.unk_id)
+    out = generate(unk, tok, "", max_new_tokens=30, temperature=0)
+    assert len(out) == 30 and "\ufffd" not in out
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_cache_equals_recompute_over_long_generations(tok, pos):
+    """缓存每一步用真实位置（RoPE 偏移 / 学习式位置），120 个词元后与整段重算完全一致。"""
+    m = tiny(tok, pos, block_size=160)
+    kw = dict(max_new_tokens=120, seed=11, temperature=1.0)
+    a = generate(m, tok, "山", use_cache=True, **kw)
+    assert len(a) > 100
+    assert a == generate(m, tok, "山", use_cache=False, **kw)
+    greedy = dict(max_new_tokens=120, temperature=0)
+    assert generate(m, tok, "", **greedy) == generate(m, tok, "", use_cache=False, **greedy)
+
+
+@pytest.mark.parametrize("pos", ["learned", "rope"])
+def test_cache_falls_back_to_recompute_past_block_size(tok, pos):
+    m = tiny(tok, pos, block_size=24)
+    kw = dict(max_new_tokens=60, seed=5)
+    a = generate(m, tok, "月", **kw)
+    assert len(a) > 24                                              # 确实超过了上下文
+    assert a == generate(m, tok, "月", use_cache=False, **kw)
+
+
+def test_batch_equals_one_by_one(tok, rope_model):
+    prompts = ["", "春", "白日依山尽，", "床前明月光，疑是地上霜。"]
+    for kw in (dict(seed=3, top_k=50), dict(temperature=0), dict(seed=9, form="五绝")):
+        batch = generate_batch(rope_model, tok, prompts, max_new_tokens=None, **kw)
+        single = [generate(rope_model, tok, p, max_new_tokens=None,
+                           **{**kw, **({"seed": kw["seed"] + i} if "seed" in kw else {})})
+                  for i, p in enumerate(prompts)]
+        assert batch == single
+        assert all(b.startswith(p) for b, p in zip(batch, prompts))
+
+
+def test_same_seed_same_poem_different_seed_different_poem(tok, rope_model):
+    a = generate(rope_model, tok, "", max_new_tokens=40, seed=1)
+    assert a == generate(rope_model, tok, "", max_new_tokens=40, seed=1)
+    assert a != generate(rope_model, tok, "", max_new_tokens=40, seed=2)
+
+
+def test_streaming_yields_the_same_text(tok, rope_model):
+    kw = dict(max_new_tokens=40, seed=4, top_p=0.9)
+    pieces = list(stream_tokens(rope_model, tok, "江", **kw))
+    assert all(len(p) == 1 for p in pieces)
+    assert "江" + "".join(pieces) == generate(rope_model, tok, "江", **kw)
+    got = []
+    assert generate(rope_model, tok, "江", stream=got.append, **kw) == "江" + "".join(got)
+
+
+def test_bad_inputs_get_clear_errors(tok, rope_model):
+    with pytest.raises(UnknownCharacterError, match="☃"):
+        generate(rope_model, tok, "春☃")
+    with pytest.raises(ValueError, match="提示太长"):
+        generate(rope_model, tok, "春" * 200)
+    for kw, word in [(dict(temperature=-1), "temperature"), (dict(top_k=0), "top_k"),
+                     (dict(top_p=1.5), "top_p"), (dict(repetition_penalty=0), "repetition"),
+                     (dict(max_new_tokens=-1), "max_new_tokens"), (dict(form="六绝"), "诗体")]:
+        with pytest.raises(ValueError, match=word):
+            generate(rope_model, tok, "春", **kw)
+    with pytest.raises(ValueError, match="prompts"):
+        generate_batch(rope_model, tok, [])
+
+
+# ---------------------------------------------------------------- 约束解码
+@pytest.mark.parametrize("form", list(FORMS))
+def test_forms_are_always_respected(tok, rope_model, form):
+    poems = generate_batch(rope_model, tok, [""] * 6, form=form, seed=100, top_p=0.95)
+    for poem in poems:
+        assert check_form(poem, form), poem
+    L, n = FORMS[form]
+    assert len(poems[0]) == n * (L + 1)
+
+
+def test_acrostic_with_and_without_form(tok, rope_model):
+    for seed in range(6):
+        p = generate(rope_model, tok, "", acrostic="春夏秋冬", seed=seed)
+        assert check_form(p, acrostic="春夏秋冬"), p                 # 4 句，每句 5 或 7 字
+        assert check_form(p, "五绝" if len(p) == 24 else "七绝")
+        q = generate(rope_model, tok, "", acrostic="春夏秋冬", form="七绝", seed=seed)
+        assert check_form(q, "七绝", "春夏秋冬"), q
+    eight = generate(rope_model, tok, "", acrostic="春夏秋冬山水花月", seed=1, temperature=0)
+    assert check_form(eight, acrostic="春夏秋冬山水花月")
+    assert sum(check_form(eight, f) for f in ("五律", "七律")) == 1
+
+
+def test_first_line_continuation(tok, rope_model):
+    for seed in range(5):
+        p = generate(rope_model, tok, "白日依山尽，", form="五绝", seed=seed)
+        assert p.startswith("白日依山尽，") and check_form(p, "五绝"), p
+    p = generate(rope_model, tok, "春", acrostic="春花秋月", form="七绝", seed=0)
+    assert check_form(p, "七绝", "春花秋月")
+
+
+def test_constraint_errors(tok, rope_model):
+    with pytest.raises(ValueError, match="第 1 句有 4 个字"):
+        generate(rope_model, tok, "白日依山，", form="五绝")
+    with pytest.raises(ValueError, match="应以“春”开头"):
+        generate(rope_model, tok, "夏", acrostic="春夏秋冬")
+    with pytest.raises(ValueError, match="藏头字却有 3 个"):
+        generate(rope_model, tok, "", acrostic="春夏秋", form="五绝")
+    with pytest.raises(ValueError, match="不在词表"):
+        generate(rope_model, tok, "", acrostic="春夏秋龘")
+    with pytest.raises(ValueError, match="汉字"):
+        generate(rope_model, tok, "", acrostic="春，秋冬")
+    with pytest.raises(ValueError, match="不够写完"):
+        generate(rope_model, tok, "", form="七律", max_new_tokens=20)
+
+
+def test_constraint_masks_step_by_step(tok):
+    c = VerseConstraint(tok, "五绝", "春夏秋冬")
+    only = lambda m: tok.decode(m.nonzero().flatten().tolist())     # noqa: E731
+    assert only(c.allowed("")) == "春"
+    assert only(c.allowed("春风吹")).count("，") == 0 and c.allowed("春风吹").sum() > 1000
+    assert only(c.allowed("春风吹绿柳")) == "，"
+    assert only(c.allowed("春风吹绿柳，")) == "夏"
+    assert only(c.allowed("春风吹绿柳，夏日照江流")) == "。"
+    full = "春风吹绿柳，夏日照江流。秋月明山寺，冬云满客楼。"
+    assert check_form(full, "五绝", "春夏秋冬") and only(c.allowed(full)) == "\n"
+    assert not check_form("春风吹绿柳，夏日照江流。", "五绝")
+    assert not check_form("春风吹绿柳。夏日照江流，", acrostic="春夏")
+
+
+def test_next_token_probs(tok, rope_model):
+    p = next_token_probs(rope_model, tok, "春", top_k=5)
+    assert p.shape == (tok.vocab_size,) and math.isclose(float(p.sum()), 1.0, rel_tol=1e-6)
+    assert int((p > 0).sum()) == 5
+    assert float(next_token_probs(rope_model, tok, "春", temperature=0).max()) == 1.0
+
+
+# ---------------------------------------------------------------- 命令行
+def test_cli_generate(tok, tmp_path, capsys):
+    m = tiny(tok, "rope", dtype=torch.float32)
+    path = checkpoint.save(tmp_path / "tiny.pt", m, tok)
+    base = ["generate", "--checkpoint", str(path), "--seed", "3"]
+    assert cli.main(base + ["-n", "3", "--form", "七绝", "--top-k", "40"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3 and all(check_form(x, "七绝") for x in lines)
+    assert cli.main(base + ["--acrostic", "春夏秋冬", "--stream", "--no-cache"]) == 0
+    streamed = capsys.readouterr().out
+    assert cli.main(base + ["--acrostic", "春夏秋冬"]) == 0
+    assert capsys.readouterr().out == streamed
+    assert cli.main(base + ["--top-p", "2"]) == 2
+    assert "top_p" in capsys.readouterr().err
+    assert cli.main(base + ["--prompt", "☃"]) == 2
+    assert "☃" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not checkpoint.SHIPPED.exists(), reason="随课程发布的检查点还不存在")
+def test_shipped_model_greedy_cache_matches_and_forms():
+    model, tk, _ = checkpoint.load()
+    a = generate(model, tk, "", form="七律", temperature=0)
+    assert check_form(a, "七律")
+    assert a == generate(model, tk, "", form="七律", temperature=0, use_cache=False)
+    assert check_form(generate(model, tk, "", acrostic="春夏秋冬", seed=0, top_p=0.9), None,
+                      "春夏秋冬")
