@@ -73,7 +73,7 @@ _DESIGNS = {
     "mini": dict(vocab_size=123, block_size=64, n_layer=3, n_head=4, n_embd=96,
                  dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
     # 现代小型中文 GPT：RoPE + RMSNorm + SwiGLU，无偏置，权重共享
-    "teacher": dict(vocab_size=6543, block_size=128, n_layer=4, n_head=4, n_embd=256,
+    "teacher": dict(vocab_size=6436, block_size=128, n_layer=4, n_head=4, n_embd=256,
                     pos="rope", norm="rmsnorm", mlp="swiglu", bias=False,
                     dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
     # GPT-2 small 的布局：50,257 词表、12 层 12 头、C=768、分开的 q/k/v
@@ -81,7 +81,7 @@ _DESIGNS = {
                  qkv="separate", gelu_approx="tanh",
                  dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
     # 课程默认模型：teacher 设计，尺寸按"2 核 CPU 训练 15 分钟"选定（见 data/checkpoints/README.md）
-    "course": dict(vocab_size=6543, block_size=128, n_layer=4, n_head=4, n_embd=256,
+    "course": dict(vocab_size=6436, block_size=128, n_layer=4, n_head=4, n_embd=256,
                    pos="rope", norm="rmsnorm", mlp="swiglu", bias=False,
                    dropout=0.0, attn_dropout=0.0, resid_dropout=0.0),
 }
