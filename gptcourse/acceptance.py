@@ -205,8 +205,8 @@ THRESHOLDS = {
     "copied_lines": 0.10,       # 逐句照抄率
     "longest_shared": 8.0,      # 与训练集共有的最长子串，样本平均（字）
     "distinct_1": 0.20,
-    "distinct_2": 0.60,
-    "repetition": 0.12,         # 每首诗的字重复率，样本平均
+    "distinct_2": 0.80,
+    "repetition": 0.10,         # 每首诗的字重复率，样本平均
 }
 
 

@@ -1,6 +1,7 @@
 """网页演示：``python -m gptcourse serve``，只用标准库的 ``http.server``。
 
 - ``GET /``：一个中文页面（提示、诗体、藏头、温度/top-k/top-p 滑块，诗一个字一个字地出现）；
+  ``GET /font.otf`` 是课程自带的中文字体，没装中文字体的机器也能正常显示；
 - ``GET /api/info``：模型与参数范围；
 - ``POST /api/generate``：JSON 参数（与 :func:`gptcourse.generate.generate` 相同）→ JSON 结果；
 - ``POST /api/stream``：同样的参数 → 逐行 JSON（NDJSON）：``{"piece": "春"}`` ……
@@ -23,6 +24,7 @@ from .constraints import FORMS
 from .generate import generate, stream_tokens
 
 PAGE = Path(__file__).parent / "serve_static" / "index.html"
+FONT = Path(__file__).parent / "fonts" / "GPTCourseCJKSans-Regular.otf"   # 课程自带的中文字体
 MAX_BODY = 8192                 # 请求正文上限（字节）
 MAX_PROMPT = 64                 # 提示最多多少个字
 MAX_ACROSTIC = 8
@@ -108,11 +110,11 @@ class Handler(BaseHTTPRequestHandler):
         if getattr(self.server, "verbose", False):
             super().log_message(fmt, *args)
 
-    def _send(self, status: int, body: bytes, ctype: str) -> None:
+    def _send(self, status: int, body: bytes, ctype: str, cache: str = "no-store") -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
-        self.send_header("Cache-Control", "no-store")
+        self.send_header("Cache-Control", cache)
         self.end_headers()
         self.wfile.write(body)
 
@@ -135,6 +137,8 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         if path in ("/", "/index.html"):
             self._send(200, PAGE.read_bytes(), "text/html; charset=utf-8")
+        elif path == "/font.otf":          # 没装中文字体的机器上，页面也能显示汉字
+            self._send(200, FONT.read_bytes(), "font/otf", cache="max-age=86400")
         elif path == "/api/info":
             cfg = self.server.model.config
             self._json(200, {"vocab_size": self.server.tok.vocab_size, "forms": list(FORMS),

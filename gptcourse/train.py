@@ -255,7 +255,9 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
                                   "elapsed_s": time.perf_counter() - t_start})
             is_best = "val" in losses and losses["val"] < best
             best = min(best, losses.get("val", best))
-            bar.write(f"step {step:5d} | " + " | ".join(f"{k} {v:.4f}" for k, v in losses.items()))
+            if cfg.progress:
+                bar.write(f"step {step:5d} | "
+                          + " | ".join(f"{k} {v:.4f}" for k, v in losses.items()))
             if on_eval is not None:
                 on_eval(step, losses.get("val"), is_best)
             for fn in callbacks:

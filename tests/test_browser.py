@@ -123,7 +123,7 @@ def test_page_writes_a_poem_token_by_token(demo, browser):
     browser.call("POST", "/url", {"url": demo + "/"})
     assert browser.js("return document.title") == "唐诗 GPT · 网页演示"
     # 数一数诗的文字被更新了多少次：逐字出现时，每个字都是一次 DOM 变化
-    browser.js("window.__updates = 0; new MutationObserver(() => window.__updates++)"
+    browser.js("window.__updates = 0; new MutationObserver(r => { window.__updates += r.length; })"
                ".observe(document.getElementById('poem'),"
                " {childList: true, characterData: true, subtree: true});")
     prompt = browser.element("#prompt")
@@ -143,6 +143,9 @@ def test_page_writes_a_poem_token_by_token(demo, browser):
     assert shown.count("\n") == 1                                # 每个"。"之后换行
     assert browser.js("return window.__updates") >= len(poem) - 1   # 一个字一个字地出现
     assert browser.js("return document.getElementById('status').textContent").startswith("完成")
+    browser.call("POST", "/execute/async", {"script": "document.fonts.ready.then(arguments[0])",
+                                             "args": []})         # 中文字体加载完再截图
+    assert browser.js("return document.fonts.check('16px \"GPTCourse CJK Sans\"', '春')")
     png = base64.b64decode(browser.call("GET", "/screenshot"))
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
     if os.environ.get("GPTCOURSE_SCREENSHOT"):

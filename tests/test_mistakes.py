@@ -56,14 +56,14 @@ def test_real_model_attention_and_sampling_pass_the_checks():
 
 
 def test_demo_unshifted_targets_learns_to_copy():
-    d = demos.demo_unshifted_targets(steps=40)
-    assert d["wrong"]["train_loss"] < 1.0 < d["right"]["train_loss"]      # 抄输入太容易
+    d = demos.demo_unshifted_targets(steps=60)
+    assert d["wrong"]["train_loss"] < d["right"]["train_loss"] - 3        # 抄输入太容易
     assert d["wrong"]["val_loss"] > d["right"]["val_loss"]                # 真正的任务更差
-    assert d["wrong"]["sample"][2:] == d["wrong"]["sample"][-1] * 22      # 复读最后一个字
+    assert len(set(d["wrong"]["sample"][2:])) == 1                        # 复读同一个字
 
 
 def test_demo_no_mask_low_loss_and_leak():
-    d = demos.demo_no_mask(M.attention_no_mask, steps=40)
+    d = demos.demo_no_mask(M.attention_no_mask, steps=100)
     assert d["wrong"]["train_loss"] < d["right"]["train_loss"] - 0.5
     assert d["wrong"]["leak"] > 0 and d["right"]["leak"] == 0
 
@@ -98,7 +98,7 @@ def test_demo_sampling_mistakes():
 
 
 def test_demo_tiny_corpus_memorises():
-    d = demos.demo_tiny_corpus(steps=120)
+    d = demos.demo_tiny_corpus(steps=80)
     assert d["train_loss"] < 0.3 and d["val_loss"] > d["train_loss"] + 3
     assert d["sample"] == d["poem"]                                       # 原样背出来
     assert d["uniform"] == pytest.approx(math.log(M.real_data()[0].vocab_size))

@@ -6,3 +6,4 @@ from .nb01 import *  # noqa: F401,F403
 from .nb02 import *  # noqa: F401,F403,E402
 from .nb03 import *  # noqa
 from .nb04 import *  # noqa: F401,F403,E402
+from .nb05 import *  # noqa: F401,F403,E402

@@ -20,6 +20,7 @@ from .attention import (attention_core, attention_no_mask, attention_scaled_by_n
                         check_matches_reference, check_merge_heads, check_no_future_leak,
                         check_softmax_rows, gallery_model, implied_scale, leak_test, merge_heads,
                         merge_heads_no_transpose)
+from . import demos  # noqa: F401  症状演示：gc.mistakes.demos.demo_*
 from .common import Diagnosis, real_data, tiny_config
 from .sampling import (check_long_generation, check_temperature_zero, check_top_k,
                        generate_with_crop, generate_without_crop, sample_naive, sample_safe,
@@ -84,7 +85,7 @@ def toy_training_text() -> str:
     return repeated_corpus(poems(real_training_text())[0])
 
 
-def _generalises(make_text, steps: int = 150) -> Diagnosis:
+def _generalises(make_text, steps: int = 80) -> Diagnosis:
     from ..data import load_corpus
     from .common import train_tiny
     tok, _, _ = real_data()

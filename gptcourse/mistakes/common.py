@@ -23,10 +23,11 @@ class Diagnosis:
 
 
 def tiny_config(vocab_size: int, **overrides) -> GPTConfig:
-    """演示用的小模型：mini 设计（学习式位置），2 层、4 头、C=64、上下文 32，默认无 dropout。"""
+    """演示用的小模型：课程模型的设计（RoPE、RMSNorm、SwiGLU），缩小到 2 层、4 头、C=64、
+    上下文 32，默认无 dropout。"""
     base = dict(vocab_size=vocab_size, block_size=32, n_layer=2, n_head=4, n_embd=64,
                 dropout=0.0, attn_dropout=0.0, resid_dropout=0.0)
-    return preset("mini", **{**base, **overrides})
+    return preset("course", **{**base, **overrides})
 
 
 @lru_cache(maxsize=2)

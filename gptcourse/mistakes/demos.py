@@ -164,4 +164,5 @@ def demo_tiny_corpus(steps: int = 200, seed: int = 0) -> dict:
     tr, va = generalisation_gap(model, tok, text, corpus.val)
     return {"poem": poem, "last_batch_loss": losses[-1], "train_loss": tr, "val_loss": va,
             "uniform": math.log(tok.vocab_size),
-            "sample": greedy(model, tok, poem[0], len(poem) - 1)}
+            "sample": greedy(model, tok, poem[0], len(poem) - 1),
+            "model": model, "tok": tok, "train_text": text, "val_text": corpus.val}

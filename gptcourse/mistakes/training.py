@@ -192,9 +192,9 @@ def generalisation_gap(model, tok, train_text: str, val_text: str,
 
 
 def check_generalisation(model, tok, train_text: str, val_text: str,
-                         max_gap: float = 1.0) -> Diagnosis:
+                         max_gap: float = 1.0, max_chars: int = 4000) -> Diagnosis:
     """训练集损失低不等于学会了：验证集（没见过的诗）的损失必须跟得上。"""
-    tr, va = generalisation_gap(model, tok, train_text, val_text)
+    tr, va = generalisation_gap(model, tok, train_text, val_text, max_chars)
     if va - tr > max_gap:
         return Diagnosis(False, f"训练损失 {tr:.3f}，验证损失 {va:.3f}，差距 {va - tr:.2f} nats > "
                                 f"{max_gap}：模型在背诵训练文本，而不是学会了写诗")
