@@ -18,9 +18,9 @@ from .runtime import DATA_DIR, ROOT, Settings, get_device, is_quick, set_seed, s
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "bench", "bpe", "check", "checkpoint", "cli", "config", "data", "evaluate", "generate",
-    "mistakes", "model", "notebooks", "runtime", "serve", "tokenizer", "train", "viz",
-    "walkthrough",
+    "acceptance", "bench", "bpe", "check", "checkpoint", "cli", "config", "constraints", "data",
+    "distributed", "evaluate", "generate", "mistakes", "model", "notebooks", "quantize", "rope",
+    "runtime", "sampling", "serve", "tokenizer", "train", "train_cli", "viz", "walkthrough",
 }
 
 __all__ = ["DATA_DIR", "ROOT", "Settings", "get_device", "is_quick", "set_seed", "setup",

@@ -138,7 +138,7 @@ class _Evil:                                                     # 反序列化�
 def test_arbitrary_pickle_is_refused_not_executed(tmp_path):
     marker = tmp_path / "pwned.txt"
     with open(tmp_path / "evil.pt", "wb") as f:
-        pickle.dump({"format": checkpoint.FORMAT, "x": _Evil(str(marker))}, f)
+        pickle.dump({"format": checkpoint.FORMAT, "x": _Evil(str(marker))}, f, protocol=2)
     with pytest.raises(CheckpointError, match="evil.pt 不是可读取的 PyTorch 检查点"):
         checkpoint.load(tmp_path / "evil.pt")
     assert not marker.exists()                                   # weights_only：代码没有被执行

@@ -72,8 +72,8 @@ def run(quick: bool = False, vocab_size: int | None = None) -> dict:
         from ..tokenizer import CharTokenizer
         vocab_size = CharTokenizer.from_text(load_corpus("tang_jinti").train).vocab_size
     cfg = preset("course", vocab_size=vocab_size)
-    B, T = (8, cfg.block_size) if quick else (32, cfg.block_size)
-    rounds = 2 if quick else 5
+    B, T = (8, cfg.block_size) if quick else (16, cfg.block_size)
+    rounds = 2 if quick else 3
     data = torch.randint(vocab_size, (50_000,), generator=torch.Generator().manual_seed(0))
     n_params = sum(p.numel() for p in GPT(cfg).parameters())
     info = machine_info()

@@ -52,6 +52,7 @@ def speed_plot(lengths: Sequence[int], series: dict[str, Sequence[float]], ax=No
                title: str = "生成速度与生成长度"):
     """每条曲线一种做法（如 带缓存 / 不带缓存），纵轴词元/秒，横轴生成的词元数（都是对数坐标）。"""
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import ScalarFormatter
 
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.8))
@@ -59,6 +60,9 @@ def speed_plot(lengths: Sequence[int], series: dict[str, Sequence[float]], ax=No
         ax.plot(lengths, ys, marker=marker, label=name)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    ax.yaxis.set_major_formatter(ScalarFormatter())
+    ax.yaxis.set_minor_formatter(ScalarFormatter())
+    ax.tick_params(axis="y", which="minor", labelsize=8)
     ax.set_xticks(list(lengths), [str(n) for n in lengths])
     ax.set_xlabel("生成的新词元数")
     ax.set_ylabel("词元 / 秒（对数坐标）")

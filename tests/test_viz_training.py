@@ -1,0 +1,39 @@
+"""gptcourse.viz.training：四类训练图都能从 History 或它的字典画出来，标签是中文，坏输入报错。"""
+from __future__ import annotations
+
+import pytest
+
+import gptcourse as gc
+from gptcourse.train import History, lr_at
+
+HIST = History(
+    steps=[{"step": s, "loss": 5 - 0.1 * s, "lr": lr_at(s - 1, 1e-3, 2, 10),
+            "grad_norm": 3.0 / s, "tokens_per_s": 1000.0} for s in range(1, 11)],
+    evals=[{"step": s, "train": 5 - 0.1 * s, "val": 5.2 - 0.08 * s} for s in (5, 10)])
+
+
+def test_lr_schedule_plot():
+    lrs = [lr_at(s, 1e-3, 10, 100) for s in range(100)]
+    ax = gc.viz.training.plot_lr_schedule(lrs, warmup=10).axes[0]
+    assert ax.get_xlabel() == "训练步数" and "预热" in ax.get_title()
+    assert list(ax.lines[0].get_ydata()) == lrs
+
+
+def test_loss_and_grad_norm_plots_accept_history_or_dict():
+    for h in (HIST, HIST.to_dict()):
+        ax = gc.viz.training.plot_loss_curves(h, reference={"ln V": 6.0}).axes[0]
+        labels = [t.get_text() for t in ax.get_legend().get_texts()]
+        assert labels == ["每步训练损失（滑动平均）", "训练集（评估）", "验证集（评估）"]
+    ax = gc.viz.training.plot_grad_norm(HIST, clip=1.0).axes[0]
+    assert "2/10 步被裁剪" in ax.get_title()                      # 范数 3/s：只有 3.0 与 1.5 超过 1
+    with pytest.raises(ValueError, match="history"):
+        gc.viz.training.plot_loss_curves({"losses": [1, 2]})
+
+
+def test_ablation_and_gap_plots():
+    ax = gc.viz.training.plot_ablation({"甲": HIST, "乙": HIST.to_dict()}).axes[0]
+    assert len(ax.lines) == 2 and "最后 4.400" in ax.get_legend().get_texts()[0].get_text()
+    ax = gc.viz.training.plot_train_val_gap({"dropout 0": HIST}).axes[0]
+    assert len(ax.lines) == 2
+    with pytest.raises(ValueError, match="没有 'val' 评估"):
+        gc.viz.training.plot_ablation({"空": History(steps=HIST.steps, evals=[])})
