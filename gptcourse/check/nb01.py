@@ -93,6 +93,16 @@ def _fail(msg: str) -> bool:
     return False
 
 
+def _call(fn, *args):
+    """调用学员的函数；出错时返回 (None, 一句中文提示) 而不是让检查器崩溃。"""
+    if not callable(fn):
+        return None, f"需要传入一个函数，收到的是 {type(fn).__name__}"
+    try:
+        return fn(*args), None
+    except Exception as e:  # noqa: BLE001 - 学员代码里的任何错误都转成一句提示
+        return None, f"调用时出错 {type(e).__name__}: {e}"
+
+
 def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
              normalize: Callable = lambda v: v) -> bool:
     """逐个输入比较 fn 与参考答案；第一处不同就报告输入、你的输出和期望输出。"""

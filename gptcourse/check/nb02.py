@@ -14,30 +14,13 @@ import torch.nn.functional as F
 from ..config import preset
 from ..model import GPT, count_parameters
 
-from .nb01 import SOLUTIONS  # 各笔记本共用的参考答案登记表（show_solution 从这里查）
+from .nb01 import SOLUTIONS, _call, _fail, _ok  # 共用的答案登记表与提示工具
 
 __all__ = ["EXERCISE_CONFIG", "causal_mask", "split_merge_heads", "rope_pair", "param_count",
            "scaled_attention", "layernorm"]
 
 # 练习 4 要数参数的配置：mini 设计（学习式位置、LayerNorm、GELU、融合 qkv 带偏置、权重共享）
 EXERCISE_CONFIG = preset("mini", vocab_size=500, block_size=32, n_layer=2, n_head=4, n_embd=64)
-
-
-def _ok() -> bool:
-    print("正确 ✓")
-    return True
-
-
-def _fail(msg: str) -> bool:
-    print(f"还不对 ✗：{msg}")
-    return False
-
-
-def _call(fn, *args):
-    try:
-        return fn(*args), None
-    except Exception as e:  # 学员代码里的任何错误都转成一句提示
-        return None, f"调用时出错 {type(e).__name__}: {e}"
 
 
 # ---------------------------------------------------------------- 参考答案

@@ -14,32 +14,13 @@ import torch.nn.functional as F
 
 from ..config import preset
 from ..model import GPT
-from .nb01 import SOLUTIONS  # 各笔记本共用的参考答案登记表
+from .nb01 import SOLUTIONS, _call, _fail, _ok  # 各笔记本共用的参考答案登记表
 
 __all__ = ["cross_entropy", "perplexity", "lr_schedule", "param_groups", "train_step",
            "accumulate_grads"]
 
 EXERCISES = ("cross_entropy", "perplexity", "lr_schedule", "param_groups", "train_step",
              "accumulate_grads")
-
-
-def _ok() -> bool:
-    print("正确 ✓")
-    return True
-
-
-def _fail(msg: str) -> bool:
-    print(f"还不对 ✗：{msg}")
-    return False
-
-
-def _call(fn, *args):
-    if not callable(fn):
-        return None, f"需要传入一个函数，收到的是 {type(fn).__name__}"
-    try:
-        return fn(*args), None
-    except Exception as e:  # noqa: BLE001 - 学员代码里的任何错误都转成一句提示
-        return None, f"调用时出错 {type(e).__name__}: {e}"
 
 
 def _tiny_model(seed: int = 0, **kw) -> GPT:

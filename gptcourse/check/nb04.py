@@ -10,32 +10,13 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .nb01 import SOLUTIONS  # 各笔记本共用的参考答案登记表
+from .nb01 import SOLUTIONS, _call, _fail, _ok  # 各笔记本共用的参考答案登记表
 
 __all__ = ["bits_from_loss", "perplexity_from_loss", "form_checker", "future_leak_test",
            "buggy_attention", "fix_attention", "distinct_ngrams"]
 
 EXERCISES_04 = ("bits_from_loss", "perplexity_from_loss", "form_checker", "future_leak_test",
                 "fix_attention", "distinct_ngrams")
-
-
-def _ok() -> bool:
-    print("正确 ✓")
-    return True
-
-
-def _fail(msg: str) -> bool:
-    print(f"还不对 ✗：{msg}")
-    return False
-
-
-def _call(fn, *args):
-    if not callable(fn):
-        return None, f"需要传入一个函数，收到的是 {type(fn).__name__}"
-    try:
-        return fn(*args), None
-    except Exception as e:  # noqa: BLE001 - 学员代码里的任何错误都转成一句提示
-        return None, f"调用时出错 {type(e).__name__}: {e}"
 
 
 # ---------------------------------------------------------------- 练习里要找错的函数
