@@ -227,7 +227,7 @@ def test_teacher_and_course_counts():
     assert c["block.norm1"] == 256                                    # RMSNorm 只有 γ
     assert c["pos_emb"] == 0 and c["lm_head"] == 0
     assert c["per_block"] == 803_328
-    assert c["total"] == 4_888_576
+    assert c["total"] == 4_861_184                                    # 6,436×256 + 4 块 + 最终 γ
     course = count_parameters(GPT(preset("course")))
     assert course["per_block"] == 803_328
     assert course["total"] == preset("course").vocab_size * 256 + 4 * 803_328 + 256
