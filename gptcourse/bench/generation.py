@@ -61,7 +61,7 @@ def run(quick: bool = False, lengths: tuple[int, ...] | None = None, repeats: in
 
 
 def markdown_table(result: dict) -> str:
-    """把 run() 的结果写成 Markdown 表格（docs/benchmarks_generation.md 用）。"""
+    """把 run() 的结果写成 Markdown 表格（docs/benchmarks.md 的生成一节用）。"""
     lines = ["| 新词元 | 无缓存 tok/s | KV 缓存 tok/s | 缓存加速 | int8 + 缓存 tok/s "
              "| int8 / fp32 |",
              "|---:|---:|---:|---:|---:|---:|"]
