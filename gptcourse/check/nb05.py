@@ -12,7 +12,7 @@ import torch
 
 from ..config import preset
 from ..model import GPT
-from .nb01 import SOLUTIONS  # 各笔记本共用的参考答案登记表
+from .nb01 import SOLUTIONS, _call, _fail, _ok  # 共用的答案登记表与提示工具
 
 __all__ = ["temperature_softmax", "top_p", "repetition_penalty", "cached_attention_step",
            "greedy_decode", "kv_cache_bytes"]
@@ -20,22 +20,6 @@ __all__ = ["temperature_softmax", "top_p", "repetition_penalty", "cached_attenti
 NB05_EXERCISES = ("temperature_softmax", "top_p", "repetition_penalty", "cached_attention_step",
                   "greedy_decode", "kv_cache_bytes")
 
-
-def _ok() -> bool:
-    print("正确 ✓")
-    return True
-
-
-def _fail(msg: str) -> bool:
-    print(f"还不对 ✗：{msg}")
-    return False
-
-
-def _call(fn, *args):
-    try:
-        return fn(*args), None
-    except Exception as e:  # 学员代码里的任何错误都转成一句提示
-        return None, f"调用时出错 {type(e).__name__}: {e}"
 
 
 # ---------------------------------------------------------------- 参考答案
