@@ -37,3 +37,12 @@ def _close_figures():
     import matplotlib.pyplot as plt
 
     plt.close("all")
+
+
+def passes(capsys, checker, *args) -> tuple[bool, str]:
+    """调用一个练习检查器：返回 (是否通过, 打印的内容)，并断言返回值与"正确 ✓"一致。"""
+    ok = checker(*args)
+    out = capsys.readouterr().out
+    assert isinstance(ok, bool)
+    assert ("正确 ✓" in out) == ok
+    return ok, out

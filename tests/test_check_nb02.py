@@ -10,14 +10,7 @@ import gptcourse as gc
 from gptcourse.check import nb02
 from gptcourse.config import preset
 from gptcourse.model import GPT, count_parameters
-
-
-def passes(capsys, checker, *args) -> tuple[bool, str]:
-    ok = checker(*args)
-    out = capsys.readouterr().out
-    assert isinstance(ok, bool)
-    assert ("正确 ✓" in out) == ok
-    return ok, out
+from conftest import passes  # 练习检查器的共用断言：返回值与"正确 ✓"一致
 
 
 def test_checkers_are_exported_and_solutions_registered(capsys):

@@ -8,14 +8,7 @@ import torch
 
 import gptcourse as gc
 from gptcourse.check import nb05
-
-
-def passes(capsys, checker, *args) -> tuple[bool, str]:
-    ok = checker(*args)
-    out = capsys.readouterr().out
-    assert isinstance(ok, bool)
-    assert ("正确 ✓" in out) == ok
-    return ok, out
+from conftest import passes  # 练习检查器的共用断言：返回值与"正确 ✓"一致
 
 
 @pytest.mark.parametrize("name", nb05.NB05_EXERCISES)
