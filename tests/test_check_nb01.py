@@ -54,8 +54,24 @@ def test_exceptions_and_non_callables_are_reported(capsys):
 
     assert gc.check.count_pairs(boom) is False
     assert "KeyError" in capsys.readouterr().out
-    assert gc.check.merge_pair(None) is False
+    assert gc.check.merge_pair(42) is False
     assert "需要传入一个函数" in capsys.readouterr().out
+
+
+def test_unfinished_exercise_says_not_done_and_is_recorded(capsys):
+    def stub(ids):
+        raise NotImplementedError("提示：数相邻的一对")
+
+    assert gc.check.count_pairs(stub) is False
+    assert "还没完成" in capsys.readouterr().out
+    assert gc.check.merge_pair(None) is False
+    assert "还没完成" in capsys.readouterr().out
+    from gptcourse.check import _common
+    assert _common.RESULTS["count_pairs"]["passed"] is False
+    assert _common.RESULTS["count_pairs"]["message"].startswith("还没完成")
+    assert gc.check.count_pairs(nb01.solution_count_pairs) is True
+    assert _common.RESULTS["count_pairs"] == {"exercise": "count_pairs", "passed": True,
+                                              "message": "正确"}
 
 
 def test_every_exercise_has_a_wrong_answer_test():

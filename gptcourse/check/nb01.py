@@ -6,8 +6,9 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 from collections.abc import Callable
+
+from ._common import SOLUTIONS, _call, _compare, _fail, _ok, exercise, show_solution  # noqa: F401
 
 __all__ = ["build_vocab", "count_pairs", "merge_pair", "shift_xy", "split_by_poem",
            "show_solution", "SOLUTIONS"]
@@ -66,65 +67,17 @@ def solution_split_by_poem(text: str) -> dict[str, str]:
     return {k: "".join(v) for k, v in parts.items()}
 
 
-SOLUTIONS: dict[str, Callable] = {
+SOLUTIONS.update({
     "build_vocab": solution_build_vocab,
     "count_pairs": solution_count_pairs,
     "merge_pair": solution_merge_pair,
     "shift_xy": solution_shift_xy,
     "split_by_poem": solution_split_by_poem,
-}
-
-
-def show_solution(name: str) -> None:
-    """打印某个练习的参考答案源代码。"""
-    if name not in SOLUTIONS:
-        raise ValueError(f"没有名为 {name!r} 的练习；可选：{', '.join(SOLUTIONS)}")
-    print(inspect.getsource(SOLUTIONS[name]))
-
-
-# ---------------------------------------------------------------- 检查工具
-def _ok() -> bool:
-    print("正确 ✓")
-    return True
-
-
-def _fail(msg: str) -> bool:
-    print(f"还不对 ✗：{msg}")
-    return False
-
-
-def _call(fn, *args):
-    """调用学员的函数；出错时返回 (None, 一句中文提示) 而不是让检查器崩溃。"""
-    if not callable(fn):
-        return None, f"需要传入一个函数，收到的是 {type(fn).__name__}"
-    try:
-        return fn(*args), None
-    except Exception as e:  # noqa: BLE001 - 学员代码里的任何错误都转成一句提示
-        return None, f"调用时出错 {type(e).__name__}: {e}"
-
-
-def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
-             normalize: Callable = lambda v: v) -> bool:
-    """逐个输入比较 fn 与参考答案；第一处不同就报告输入、你的输出和期望输出。"""
-    if not callable(fn):
-        return _fail(f"{name} 需要传入一个函数，收到的是 {type(fn).__name__}")
-    for args in cases:
-        shown = ", ".join(repr(a) for a in args)
-        try:
-            got = fn(*args)
-        except Exception as e:  # noqa: BLE001 - 学习者代码的任何异常都要转成提示
-            return _fail(f"{name}({shown}) 抛出了 {type(e).__name__}: {e}")
-        want = ref(*args)
-        try:
-            same = normalize(got) == normalize(want)
-        except Exception:  # noqa: BLE001
-            same = False
-        if not same:
-            return _fail(f"{name}({shown})\n  你的结果：{got!r}\n  期望结果：{want!r}")
-    return _ok()
+})
 
 
 # ---------------------------------------------------------------- 检查器
+@exercise
 def build_vocab(fn: Callable[[str], tuple[dict, list]]) -> bool:
     """练习：``fn(text) -> (stoi, itos)``，id 按字符排序，stoi 与 itos 互逆。"""
     cases = [(_POEMS,), ("春眠不觉晓",), ("ba\nab",), ("a",)]
@@ -136,6 +89,7 @@ def build_vocab(fn: Callable[[str], tuple[dict, list]]) -> bool:
     return _compare(fn, solution_build_vocab, cases, "build_vocab", norm)
 
 
+@exercise
 def count_pairs(fn: Callable[[list[int]], dict]) -> bool:
     """练习：``fn(ids) -> {(a, b): 次数}``，即 get_stats。"""
     cases = [([1, 2, 3, 1, 2],), ([97, 97, 97],), ([5],), ([],),
@@ -143,6 +97,7 @@ def count_pairs(fn: Callable[[list[int]], dict]) -> bool:
     return _compare(fn, solution_count_pairs, cases, "count_pairs", dict)
 
 
+@exercise
 def merge_pair(fn: Callable[[list[int], tuple[int, int], int], list[int]]) -> bool:
     """练习：``fn(ids, pair, idx)`` 从左到右替换不重叠的 pair，即 merge。"""
     cases = [([1, 2, 3, 1, 2], (1, 2), 4), ([97, 97, 97], (97, 97), 256),
@@ -151,6 +106,7 @@ def merge_pair(fn: Callable[[list[int], tuple[int, int], int], list[int]]) -> bo
     return _compare(fn, solution_merge_pair, cases, "merge_pair", list)
 
 
+@exercise
 def shift_xy(fn: Callable[[list[int], int, int], tuple]) -> bool:
     """练习：``fn(ids, start, block_size) -> (x, y)``，y 比 x 错后一位。"""
     ids = list(range(100, 120))
@@ -163,6 +119,7 @@ def shift_xy(fn: Callable[[list[int], int, int], tuple]) -> bool:
     return _compare(fn, solution_shift_xy, cases, "shift_xy", norm)
 
 
+@exercise
 def split_by_poem(fn: Callable[[str], dict]) -> bool:
     """练习：``fn(text) -> {"train":…, "val":…, "test":…}``，按诗的内容哈希划分。"""
     from ..runtime import DATA_DIR
