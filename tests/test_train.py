@@ -361,3 +361,18 @@ def test_compile_failure_falls_back_to_eager(ids, monkeypatch, capsys):
     h = train(tiny_model(), ids, ids, quiet(compile=True))
     assert h.info["compiled"].startswith("torch.compile 不可用")
     assert [r["loss"] for r in h.steps] == [r["loss"] for r in h_eager.steps]
+
+
+# ------------------------------------------------------------------ 基准（只看结构，不看数值）
+def test_training_bench_quick_has_reference_ratio_and_ceilings(capsys):
+    from gptcourse.bench import training as bench
+
+    r = bench.run(quick=True, vocab_size=64)
+    out = capsys.readouterr().out
+    assert [row["case"] for row in r["training"]] == ["参照", "train · 普通模式"]
+    ref, mine = r["training"]
+    assert ref["ratio"] == 1.0 and mine["ratio"] == pytest.approx(
+        mine["tokens_per_s"] / ref["tokens_per_s"])
+    assert mine["gflops"] == pytest.approx(6 * r["model"]["params"] * mine["tokens_per_s"] / 1e9)
+    assert set(r["matmul_ceiling"]) == {"fp32", "bf16"}
+    assert "参照" in out and "÷参照" in out and "bf16 相关指令" in out
