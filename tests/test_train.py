@@ -376,3 +376,36 @@ def test_training_bench_quick_has_reference_ratio_and_ceilings(capsys):
     assert mine["gflops"] == pytest.approx(6 * r["model"]["params"] * mine["tokens_per_s"] / 1e9)
     assert set(r["matmul_ceiling"]) == {"fp32", "bf16"}
     assert "参照" in out and "÷参照" in out and "bf16 相关指令" in out
+
+
+def test_cli_divergence_before_any_eval_says_nothing_was_written(tmp_path, capsys):
+    from gptcourse import cli
+
+    out = tmp_path / "x.pt"
+    argv = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
+            "--block-size", "16", "--no-bf16", "--no-progress", "--lr", "1e30", "--warmup", "0",
+            "--steps", "30", "--eval-interval", "100", "--out", str(out)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "发散" in err and "没有写出检查点" in err and "找不到" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_divergence_after_an_eval_keeps_the_best_checkpoint(tmp_path, capsys, monkeypatch):
+    from gptcourse import checkpoint, cli, train_cli
+
+    real = train_cli.train
+
+    def diverging(model, *a, **kw):                 # 正常训练 2 步（评估一次），然后"发散"
+        h = real(model, *a, **kw)
+        raise TrainingDiverged(3, math.nan, 1e-3, h)
+
+    monkeypatch.setattr(train_cli, "train", diverging)
+    out = tmp_path / "x.pt"
+    argv = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
+            "--block-size", "16", "--no-bf16", "--no-progress", "--steps", "2", "--out", str(out)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "第 3 步发散" in err and "已把发散之前验证损失最好的检查点写到" in err
+    model, _, meta = checkpoint.load(out)
+    assert meta["diverged_at_step"] == 3 and meta["step"] == 2
