@@ -246,8 +246,8 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     forward, compiled = maybe_compile(base, cfg.compile)
     history.info = {"bf16": use_bf16, "bf16_reason": reason,
                     "bf16_mode": cfg.bf16_mode if use_bf16 else None, "compiled": compiled}
-    if rank == 0 and (cfg.progress or cfg.compile):
-        _say(f"bf16={'开（' + cfg.bf16_mode + '）' if use_bf16 else '关'}：{reason}；{compiled}")
+    if rank == 0 and cfg.compile:               # bf16 的决定与理由在 history.info（命令行会打印）
+        _say(f"编译：{compiled}")
     T = model.config.block_size
     splits = {"train": train_data} | ({"val": val_data} if val_data is not None else {})
     total = cfg.max_steps if cfg.max_steps is not None else 10**9
