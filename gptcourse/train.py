@@ -178,6 +178,13 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, torch.Tensor], batch
     return out
 
 
+def bf16_is_faster(device: torch.device | str = "cpu") -> bool:
+    """旧名字，只为笔记本兼容：实测计时的版本已移到 ``gc.bench.training.bf16_is_faster``。
+    训练本身按硬件能力决定 bf16（:func:`gptcourse.precision.bf16_decision`）。"""
+    from .bench.training import bf16_is_faster as measured
+    return measured(device)
+
+
 @dataclass
 class History:
     """训练记录：每步一行（step, loss, lr, grad_norm, tokens_per_s），每次评估一行。
