@@ -47,7 +47,7 @@ def bf16_decision(device: torch.device | str = "cpu") -> tuple[bool, str]:
     have = sorted(set(BF16_CPU_FLAGS) & cpu_info()[1])
     if have:
         return True, f"CPU 有 {'/'.join(have)} 指令"
-    return False, "CPU 没有 avx512_bf16 / amx_bf16 指令（bf16 只能靠转换模拟，比 fp32 慢得多）"
+    return False, "CPU 没有 avx512_bf16 / amx_bf16 指令，bf16 只能靠转换模拟、比 fp32 慢得多"
 
 
 def resolve_bf16(setting: bool | str, device: torch.device | str) -> tuple[bool, str]:
