@@ -64,7 +64,8 @@ class WebDriver:
                 "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
                 "--window-size=900,900"]
         caps = {"capabilities": {"alwaysMatch": {
-            "browserName": "chrome", "goog:chromeOptions": {"binary": CHROMIUM, "args": args}}}}
+            "browserName": "chrome", "goog:chromeOptions": {"binary": CHROMIUM, "args": args},
+            "goog:loggingPrefs": {"browser": "ALL"}}}}
         self.sid = self.call("POST", "/session", caps)["sessionId"]
 
     def js(self, script: str, *args):
@@ -72,6 +73,10 @@ class WebDriver:
 
     def element(self, css: str) -> str:
         return self.call("POST", "/element", {"using": "css selector", "value": css})[ELEMENT]
+
+    def console(self) -> list[str]:
+        """浏览器控制台里到目前为止的消息（CSP 违规、脚本错误都会出现在这里）。"""
+        return [e["message"] for e in self.call("POST", "/se/log", {"type": "browser"})]
 
     def quit(self) -> None:
         if self.sid:
@@ -143,6 +148,10 @@ def test_page_writes_a_poem_token_by_token(demo, browser):
     assert shown.count("\n") == 1                                # 每个"。"之后换行
     assert browser.js("return window.__updates") >= len(poem) - 1   # 一个字一个字地出现
     assert browser.js("return document.getElementById('status').textContent").startswith("完成")
+    # 脚本、样式、字体都是同源文件，在严格的 CSP 下照常加载，控制台里没有违规
+    assert browser.js("return getComputedStyle(document.body).backgroundColor") \
+        == "rgb(250, 248, 243)"
+    assert not [m for m in browser.console() if "Content Security Policy" in m]
     browser.call("POST", "/execute/async", {"script": "document.fonts.ready.then(arguments[0])",
                                              "args": []})         # 中文字体加载完再截图
     assert browser.js("return document.fonts.check('16px \"GPTCourse CJK Sans\"', '春')")
