@@ -23,6 +23,7 @@ import socket
 import sys
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from http.server import HTTPServer
@@ -119,42 +120,58 @@ def client_gone(sock: socket.socket) -> bool:
 
 # ---------------------------------------------------------------- 生成名额
 class Gate:
-    """最多 ``slots`` 个生成同时在跑，最多 ``queue`` 个请求排队；再多的立即得到 503。"""
+    """最多 ``slots`` 个生成同时在跑，最多 ``queue`` 个请求排队；再多的立即得到 503。
+
+    先来先得：放回的名额直接交给排在最前面的请求，新来的请求不能插队（否则高并发时
+    总有请求一直抢不到名额）。
+    """
 
     def __init__(self, slots: int, queue: int):
         self.slots, self.queue = slots, queue
-        self.running = self.waiting = 0
-        self._cv = threading.Condition()
+        self.running = 0
+        self._waiters: deque[threading.Event] = deque()
+        self._lock = threading.Lock()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
 
     @contextmanager
     def slot(self, timeout: float, gone=lambda: False):
         """占一个名额（必要时排队，每 0.1 秒看一眼 ``gone()``）；with 块结束时放回。"""
-        with self._cv:
-            if self.running >= self.slots:
-                if self.waiting >= self.queue:
-                    raise ApiError(503, f"服务器正忙：{self.running} 首诗正在写，"
-                                        f"{self.waiting} 个请求在排队，请稍后再试",
-                                   "server busy, try again later")
-                self.waiting += 1
-                try:
-                    end = time.monotonic() + timeout
-                    while self.running >= self.slots:
-                        left = end - time.monotonic()
-                        if left <= 0:
-                            raise ApiError(503, f"排队超过 {timeout:g} 秒，请稍后再试",
-                                           "timed out waiting for a free slot")
-                        self._cv.wait(min(left, 0.1))
-                        if gone():
-                            raise ClientGone
-                finally:
-                    self.waiting -= 1
-            self.running += 1
+        self._acquire(timeout, gone)
         try:
             yield
         finally:
-            with self._cv:
-                self.running -= 1
-                self._cv.notify()
+            with self._lock:
+                if self._waiters:
+                    self._waiters.popleft().set()      # 名额直接交给队首，running 不变
+                else:
+                    self.running -= 1
+
+    def _acquire(self, timeout: float, gone) -> None:
+        with self._lock:
+            if self.running < self.slots and not self._waiters:
+                self.running += 1
+                return
+            if len(self._waiters) >= self.queue:
+                raise ApiError(503, f"服务器正忙：{self.running} 首诗正在写，"
+                                    f"{len(self._waiters)} 个请求在排队，请稍后再试",
+                               "server busy, try again later")
+            turn = threading.Event()
+            self._waiters.append(turn)
+        end = time.monotonic() + timeout
+        while not turn.wait(0.1):
+            late = time.monotonic() >= end
+            if late or gone():
+                with self._lock:
+                    if not turn.is_set():              # 还没轮到：离开队伍
+                        self._waiters.remove(turn)
+                        if late:
+                            raise ApiError(503, f"排队超过 {timeout:g} 秒，请稍后再试",
+                                           "timed out waiting for a free slot")
+                        raise ClientGone
+                return                                 # 恰好轮到了：名额已经是我们的
 
 
 # ---------------------------------------------------------------- Host / Origin

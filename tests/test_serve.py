@@ -22,7 +22,7 @@ from gptcourse.data import load_corpus
 from gptcourse.generate import generate
 from gptcourse.model import GPT
 from gptcourse.serve import MAX_BODY, MAX_PROMPT, Limits, make_server
-from gptcourse.serve_http import HostPolicy, host_name
+from gptcourse.serve_http import ClientGone, Gate, HostPolicy, host_name
 from gptcourse.tokenizer import CharTokenizer
 
 FAST = dict(header_timeout=0.5, body_timeout=0.5, write_timeout=2.0, queue_timeout=5.0)
@@ -419,6 +419,35 @@ def test_too_many_connections_get_503(tiny):
         for s in idle:
             s.close()
         wait_for(lambda: request(srv, "/api/info")[0] == 200)
+
+
+def test_gate_is_first_come_first_served():
+    gate, order, threads = Gate(slots=1, queue=3), [], []
+    hold = gate.slot(5)
+    hold.__enter__()
+
+    def waiter(name):
+        with gate.slot(5):
+            order.append(name)
+
+    for name in "ABC":                               # 按顺序排进队伍
+        threads.append(threading.Thread(target=waiter, args=(name,)))
+        threads[-1].start()
+        wait_for(lambda: gate.waiting == len(threads))
+    with pytest.raises(serve.ApiError) as e:         # 队伍满了：立即 503，不等
+        gate.slot(5).__enter__()
+    assert e.value.status == 503
+    hold.__exit__(None, None, None)
+    for t in threads:
+        t.join(10)
+    assert order == ["A", "B", "C"] and gate.running == 0 and gate.waiting == 0
+    with gate.slot(5):                                # 排队超时 → 503；客户端走了 → 离开队伍
+        with pytest.raises(serve.ApiError, match="排队超过"):
+            gate.slot(0.2).__enter__()
+        with pytest.raises(ClientGone):
+            gate.slot(5, gone=lambda: True).__enter__()
+        assert gate.waiting == 0
+    assert gate.running == 0
 
 
 def test_limits_and_port_are_validated(tiny):
