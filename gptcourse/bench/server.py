@@ -168,6 +168,9 @@ def run(quick: bool = False, requests: int | None = None, time_limit: float = 60
     print(f"服务器：python -m gptcourse serve（{checkpoint.name}，默认限额），127.0.0.1；"
           f"每个请求 max_new_tokens={max_new_tokens}，每行 {requests} 个请求，"
           f"时间上限 {time_limit:g} 秒")
+    base = library_baseline(checkpoint, requests, max_new_tokens)
+    print(f"对照：同一进程里直接调用 generate()，同样的 {requests} 个请求依次执行："
+          f"{base['req_per_s']:.2f} 个/秒，p50 {base['p50_s']:.2f} 秒，p95 {base['p95_s']:.2f} 秒")
     proc, port = start_server(checkpoint)
     try:
         one_request(port, {"max_new_tokens": max_new_tokens})                 # 预热
@@ -195,7 +198,28 @@ def run(quick: bool = False, requests: int | None = None, time_limit: float = 60
         proc.wait(timeout=30)
     print(f"负载 {os.getloadavg()[0]:.1f}（测量后）")
     return {"machine": m, "max_new_tokens": max_new_tokens, "requests_per_row": requests,
-            "time_limit_s": time_limit, "rows": rows, "stalled": slow, "abandoned": ab}
+            "time_limit_s": time_limit, "library": base, "rows": rows, "stalled": slow,
+            "abandoned": ab}
+
+
+def library_baseline(checkpoint: Path, requests: int, max_new_tokens: int) -> dict:
+    """不经过 HTTP：同样的参数（服务器的默认采样）直接调用 generate()，依次执行。"""
+    from .. import checkpoint as ckpt
+    from ..generate import generate
+    from ..serve import DEFAULTS
+
+    model, tok, _ = ckpt.load(checkpoint)
+    model.eval()
+    kw = {**DEFAULTS, "max_new_tokens": max_new_tokens}
+    generate(model, tok, **kw)                                                  # 预热
+    secs, t_start = [], time.perf_counter()
+    for i in range(requests):
+        t0 = time.perf_counter()
+        generate(model, tok, **{**kw, "seed": i})
+        secs.append(time.perf_counter() - t0)
+    wall = time.perf_counter() - t_start
+    return {"req_per_s": requests / wall, "p50_s": percentile(secs, 0.5),
+            "p95_s": percentile(secs, 0.95)}
 
 
 def _print_row(r: dict, label: str) -> None:
