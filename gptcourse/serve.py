@@ -147,9 +147,16 @@ class Handler(BaseHTTPRequestHandler):
         self._unread = False
 
     def handle_one_request(self):
-        self.deadline = time.monotonic() + self.server.limits.header_timeout   # 空闲 + 请求头
+        now = time.monotonic()
+        self.deadline = now + self.server.limits.header_timeout   # 空闲 + 请求头的总时限
         self._streaming = self._unread = False
+        self.server.waiting_for_request(self.connection, now)    # 连接数满时可以被挤掉
         super().handle_one_request()
+
+    def parse_request(self) -> bool:                             # 读请求行之后的请求头
+        ok = super().parse_request()
+        self.server.waiting_for_request(self.connection, None)   # 请求头收完了
+        return ok
 
     def finish(self):
         super().finish()

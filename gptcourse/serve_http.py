@@ -6,7 +6,8 @@
   正文在 ``body_timeout`` 秒内收完。按"每次 recv 最多等多久"计时挡不住每隔几秒送一个字节的
   慢速攻击（slowloris），所以每次 recv 只等到这一阶段的截止时刻为止；
 - **写超时**：客户端不读数据时，一次写最多等 ``write_timeout`` 秒，然后断开；
-- **连接数有上限**：同时最多 ``connections`` 个连接（每个一个线程）；再来的立即得到 503；
+- **连接数有上限**：同时最多 ``connections`` 个连接（每个一个线程）；满了时先断开等请求头
+  等得最久的连接，所有连接都在忙时新来的立即得到 503；
 - **生成名额**（:class:`Gate`）：最多 ``slots`` 个生成同时在跑、``queue`` 个在排队，
   再多的请求立即 503；排队的客户端断开了就不再等；
 - **只接待本机页面**（:class:`HostPolicy`）：``Host`` 必须是本机或绑定的地址，``Origin``（若有）
@@ -238,17 +239,44 @@ def raw_json_response(err: ApiError) -> bytes:
 
 
 class BoundedHTTPServer(HTTPServer):
-    """每个连接一个线程，但最多 ``limits.connections`` 个；多出来的连接立即得到 503。"""
+    """每个连接一个线程，但最多 ``limits.connections`` 个。
+
+    连接数满了时，先断开**等请求头等得最久**的那个连接（慢速客户端或空闲的 keep-alive）给新连接
+    腾位置：正常的客户端一连上就发完请求头，几乎不会是"最久"的那个，所以再多的慢速连接也挤不掉
+    它们。所有连接都在忙（读正文、生成）时，新连接立即得到 503。
+    """
     allow_reuse_address = True
 
     def __init__(self, address, handler, limits: Limits):
         self.limits = limits
         self.connections = threading.BoundedSemaphore(limits.connections)
         self.gate = Gate(limits.slots, limits.queue)
+        self._idle: dict[socket.socket, float] = {}      # 正在等请求头的连接 → 开始等的时刻
+        self._idle_lock = threading.Lock()
         super().__init__(address, handler)
 
+    def waiting_for_request(self, sock: socket.socket, since: float | None) -> None:
+        """处理器报告：从 since 起在等请求头（None = 不再等了）。"""
+        with self._idle_lock:
+            if since is None:
+                self._idle.pop(sock, None)
+            else:
+                self._idle[sock] = since
+
+    def _evict_idle(self) -> bool:
+        with self._idle_lock:
+            if not self._idle:
+                return False
+            victim = min(self._idle, key=self._idle.__getitem__)
+            del self._idle[victim]
+        try:
+            victim.shutdown(socket.SHUT_RDWR)            # 它的 recv 立即返回，线程随之结束
+        except OSError:
+            pass
+        return self.connections.acquire(timeout=1.0)
+
     def process_request(self, request, client_address):
-        if not self.connections.acquire(blocking=False):
+        if not (self.connections.acquire(blocking=False) or self._evict_idle()):
             self._refuse(request)
             return
         try:
@@ -264,6 +292,7 @@ class BoundedHTTPServer(HTTPServer):
         except Exception:  # noqa: BLE001 - 一个连接出错不能影响别的连接
             self.handle_error(request, client_address)
         finally:
+            self.waiting_for_request(request, None)
             self.shutdown_request(request)
             self.connections.release()
 

@@ -408,15 +408,27 @@ def test_error_mid_stream_is_the_last_ndjson_line(tiny, monkeypatch):
         wait_for(lambda: srv.gate.running == 0)
 
 
-def test_too_many_connections_get_503(tiny):
-    with running(*tiny, limits=dict(connections=2, header_timeout=30)) as srv:
-        idle = [connect(srv), connect(srv)]
-        time.sleep(0.2)                            # 两个线程都已在等请求头
+def test_connection_cap_evicts_idle_connections_first(tiny):
+    with running(*tiny, limits=dict(connections=2, header_timeout=30, body_timeout=30)) as srv:
+        idle = [connect(srv), connect(srv)]        # 占满两个连接，什么也不发（慢速客户端）
+        idle[1].sendall(b"POST /api/generate HTTP/1.1\r\nX-Slow: ")
+        time.sleep(0.2)
+        assert post(srv, {"max_new_tokens": 2})[0] == 200    # 挤掉等得最久的那个，照样得到服务
+        assert wait_closed(idle[0]) < 10
+        idle.append(connect(srv))                   # 又占满：请求头送了一半的那个现在最久
+        time.sleep(0.2)
+        assert post(srv, {"max_new_tokens": 2})[0] == 200
+        assert wait_closed(idle[1]) < 10
+        assert not select.select([idle[2]], [], [], 0.2)[0]  # 新来的空闲连接还开着
+        busy = [connect(srv), connect(srv)]        # 两个连接都在忙（正文传了一半）：没有可挤的
+        for s in busy:
+            s.sendall(http_post(srv, b"{", length=False, extra="Content-Length: 100\r\n"))
+        time.sleep(0.2)
         with connect(srv) as s:
             data = read_until_closed(s)
         assert data.startswith(b"HTTP/1.1 503") and "服务器正忙".encode() in data
         assert b"frame-ancestors 'none'" in data
-        for s in idle:
+        for s in idle + busy:
             s.close()
         wait_for(lambda: request(srv, "/api/info")[0] == 200)
 
