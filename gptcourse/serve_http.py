@@ -246,6 +246,7 @@ class BoundedHTTPServer(HTTPServer):
     它们。所有连接都在忙（读正文、生成）时，新连接立即得到 503。
     """
     allow_reuse_address = True
+    request_queue_size = 128                 # listen() 的积压队列（socketserver 默认只有 5）
 
     def __init__(self, address, handler, limits: Limits):
         self.limits = limits

@@ -6,8 +6,9 @@
 1. 1、4、16 个并发客户端，各发固定数量（默认 32，但每个客户端至少 4 个）的
    ``POST /api/generate``（短的 ``max_new_tokens``），
    超过时间上限就不再发新请求 → 请求/秒、延迟 p50/p95/最大值、503 的个数；
-2. 同样的 4 个客户端，同时有一批慢速客户端（slowloris：请求头每秒送一个字节，被服务器断开就
-   重连）→ 正常客户端照样得到服务，慢速连接在 ``header_timeout`` 后被关掉；
+2. 同样的 4 个客户端，同时有 100 个慢速客户端（slowloris：请求头每秒送一个字节，被服务器断开
+   就重连；比服务器的 64 个连接上限还多）→ 正常客户端照样得到服务：连接数满时服务器先断开
+   等请求头最久的连接，没满时慢速连接也在 ``header_timeout`` 后被关掉；
 3. 8 个请求发出后立即断开（每个要写 200 个字）→ 下一个请求要等多久（工作被放弃，名额放回）。
 
 CPU 是共享的时候数字会波动；输出里写明 CPU、它的相关指令集和测量时的负载。
@@ -109,9 +110,13 @@ class Stallers:
         self.lifetimes: list[float] = []
         self.thread = threading.Thread(target=self._run, daemon=True)
 
-    def _open(self):
-        s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
-        s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+    def _open(self) -> list:
+        """→ [套接字, 打开的时刻]；连不上时套接字是 None（下一秒再试）。"""
+        try:
+            s = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+            s.sendall(b"POST /api/generate HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+        except OSError:
+            return [None, time.monotonic()]
         self.opened += 1
         return [s, time.monotonic()]
 
@@ -119,6 +124,9 @@ class Stallers:
         conns = [self._open() for _ in range(self.n)]
         while not self.stop.wait(1.0):
             for c in conns:
+                if c[0] is None:
+                    c[:] = self._open()
+                    continue
                 try:
                     gone = select.select([c[0]], [], [], 0)[0] and c[0].recv(4096) == b""
                     if not gone:
@@ -131,7 +139,8 @@ class Stallers:
                     c[0].close()
                     c[:] = self._open()
         for c in conns:
-            c[0].close()
+            if c[0] is not None:
+                c[0].close()
 
     def __enter__(self):
         self.t0 = time.monotonic()
@@ -159,7 +168,7 @@ def abandoned(port: int, n: int = 8) -> dict:
 
 
 def run(quick: bool = False, requests: int | None = None, time_limit: float = 60.0,
-        max_new_tokens: int = 16, stalled: int = 32, checkpoint: Path = SHIPPED) -> dict:
+        max_new_tokens: int = 16, stalled: int = 100, checkpoint: Path = SHIPPED) -> dict:
     requests = requests or (8 if quick else 32)
     m = machine_info()
     print(f"CPU：{m['cpu']}，{m['cores']} 核；相关指令：{', '.join(m['bf16_flags']) or '无'}；"
@@ -236,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="每行的请求数（默认 32；每个客户端至少 4 个）")
     p.add_argument("--time-limit", type=float, default=60.0, help="每行最多多少秒（默认 60）")
     p.add_argument("--max-new-tokens", type=int, default=16, help="每个请求写多少个字（默认 16）")
-    p.add_argument("--stalled", type=int, default=32, help="慢速客户端个数（默认 32）")
+    p.add_argument("--stalled", type=int, default=100,
+                   help="慢速客户端个数（默认 100，多于服务器的 64 个连接上限）")
     p.add_argument("--json", default=None, help="把结果写成 JSON")
     args = p.parse_args(argv)
     result = run(args.quick, args.requests, args.time_limit, args.max_new_tokens, args.stalled)
