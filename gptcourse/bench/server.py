@@ -237,6 +237,22 @@ def _print_row(r: dict, label: str) -> None:
           f"{r['max_s']:>7.2f}", flush=True)
 
 
+def markdown_table(result: dict) -> str:
+    """把 run() 的结果写成 Markdown 表格（docs/benchmarks.md 的服务器一节用）。"""
+    lines = ["| 客户端 | 成功 | 503 | 失败 | 请求/秒 | p50 秒 | p95 秒 | 最大 秒 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    b = result["library"]
+    lines.append(f"| 对照：库 `generate()`，依次 | {result['requests_per_row']} | – | – | "
+                 f"{b['req_per_s']:.2f} | {b['p50_s']:.2f} | {b['p95_s']:.2f} | – |")
+    st = result["stalled"]
+    for r, label in [(r, f"{r['clients']}") for r in result["rows"]] + \
+            [(st, f"4 + {st['stalled']} 个慢速客户端")]:
+        lines.append(f"| {label} | {r['ok']} | {r['busy_503']} | {r['failed']} | "
+                     f"{r['req_per_s']:.2f} | {r['p50_s']:.2f} | {r['p95_s']:.2f} | "
+                     f"{r['max_s']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gptcourse.bench.server",
                                 description="网页演示的负载测试（127.0.0.1，固定请求数与时间上限）")
@@ -253,6 +269,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n",
                                    encoding="utf-8")
+    print()
+    print(markdown_table(result))
     return 0
 
 
