@@ -3,9 +3,10 @@
 - ``GET /``：一个中文页面（提示、诗体、藏头、温度/top-k/top-p 滑块，诗一个字一个字地出现），
   脚本和样式是同源的 ``/app.js``、``/style.css``；``/font.otf`` 是课程自带的中文字体；
 - ``GET /api/info``：模型与参数范围；
-- ``POST /api/generate``：JSON 参数（与 :func:`gptcourse.generate.generate` 相同）→ JSON 结果；
+- ``POST /api/generate``：JSON 参数（与 :func:`gptcourse.generate.generate` 相同，包括押韵
+  ``rhyme`` 与平仄 ``tones`` 两个开关）→ JSON 结果，带格律报告 ``analysis``（见 :func:`result`）；
 - ``POST /api/stream``：同样的参数 → 逐行 JSON（NDJSON）：``{"piece": "春"}`` ……
-  最后一行 ``{"done": true, "text": …}``；中途出错时最后一行是 ``{"error": …}``。
+  最后一行 ``{"done": true, "text": …, "analysis": …}``；中途出错时最后一行是 ``{"error": …}``。
 
 每个错误都是 JSON，带一句中文和一句英文：路径不对 → 404；``Host``/``Origin`` 不是本机页面 → 403；
 正文不是 ``application/json`` → 415；没有 ``Content-Length``（或分块传输）→ 411；正文过大 → 413；
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import re
 import socket
 import sys
@@ -29,11 +29,13 @@ import traceback
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from .constraints import FORMS
 from .generate import stream_tokens
 from .serve_http import (SECURITY_HEADERS, ApiError, BoundedHTTPServer, ClientGone,
                          DeadlineReader, HostPolicy, Limits, TimedWriter, client_gone,
                          lingering_close)
+from .serve_params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT,  # noqa: F401
+                           RANGES, brief, parse_params, result)
+from .verse import FORMS
 
 STATIC = Path(__file__).parent / "serve_static"
 FONT = Path(__file__).parent / "fonts" / "GPTCourseCJKSans-Regular.otf"   # 课程自带的中文字体
@@ -45,92 +47,9 @@ FILES = {                        # GET 路径 → (文件, Content-Type, Cache-C
     "/font.otf": (FONT, "font/otf", "max-age=86400"),   # 没装中文字体的机器上也能显示汉字
 }
 MAX_BODY = 8192                 # 请求正文上限（字节）
-MAX_PROMPT = 64                 # 提示最多多少个字
-MAX_ACROSTIC = 8
-MAX_NEW_TOKENS = 200
-# 采样参数的范围。下限离 0 远一点：1e-300 这样的值虽然 > 0，却会让 logits 除出 inf、
-# 让 top-p 在 float32 里变成 0，最后抽样失败。温度另外允许正好 0（贪心）。
-RANGES = {"temperature": (0.01, 3.0), "top_p": (0.01, 1.0), "repetition_penalty": (0.1, 3.0)}
-DEFAULTS = dict(prompt="", max_new_tokens=None, temperature=0.8, top_k=None, top_p=0.9,
-                repetition_penalty=1.0, seed=None, form=None, acrostic=None)
 HTTP_ERRORS_ZH = {400: "请求格式不对", 408: "请求超时", 414: "请求地址太长",
                   431: "请求头太长或太多", 501: "不支持这种请求方法（只有 GET 和 POST）",
                   505: "不支持这个 HTTP 版本"}
-
-
-def _show(v) -> str:
-    """错误信息里引用客户端的值：最多 40 个字符。"""
-    s = repr(v)
-    return s if len(s) <= 40 else s[:37] + "…"
-
-
-def _number(p: dict, key: str, lo, hi, integer: bool = False, zero_ok: bool = False):
-    v = p[key]
-    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok_type or (isinstance(v, float) and not math.isfinite(v)):
-        kind = "整数" if integer else "数"
-        raise ApiError(400, f"{key} 必须是{kind}，收到 {_show(v)}",
-                       f"{key} must be {'an integer' if integer else 'a number'}")
-    if not (lo <= v <= hi or (zero_ok and v == 0)):
-        rng = f"[{lo}, {hi}]"
-        raise ApiError(400, f"{key} 必须在 {rng} 之内{'（或正好是 0）' if zero_ok else ''}，"
-                            f"收到 {_show(v)}", f"{key} must be in {rng}, got {_show(v)}")
-    return v
-
-
-def _text(p: dict, key: str, cap: int, tok) -> None:
-    v = p[key]
-    if not isinstance(v, str):
-        raise ApiError(400, f"{key} 必须是字符串", f"{key} must be a string")
-    if len(v) > cap:
-        raise ApiError(400, f"{key} 太长：{len(v)} 个字，最多 {cap} 个",
-                       f"{key} too long: {len(v)} > {cap} characters")
-    missing = tok.unknown_chars(v) if hasattr(tok, "unknown_chars") else []
-    if missing:
-        raise ApiError(400, f"{key} 里有词表之外的字：{'、'.join(map(repr, missing[:10]))}",
-                       f"{key} contains characters outside the vocabulary")
-
-
-def parse_params(body: bytes, tok) -> dict:
-    """请求正文 → generate() 的关键字参数；任何问题都抛出 :class:`ApiError`（400）。"""
-    try:
-        d = json.loads(body.decode("utf-8") or "{}")
-    except UnicodeDecodeError:
-        raise ApiError(400, "请求正文不是合法的 UTF-8 JSON", "request body is not valid JSON") \
-            from None
-    except json.JSONDecodeError as e:
-        raise ApiError(400, f"请求正文不是合法的 JSON（第 {e.lineno} 行第 {e.colno} 列：{e.msg}）",
-                       "request body is not valid JSON") from None
-    except (ValueError, RecursionError):            # 超长的数字、嵌套太深
-        raise ApiError(400, "请求正文不是合法的 JSON（数字太长或嵌套太深）",
-                       "request body is not valid JSON") from None
-    if not isinstance(d, dict):
-        raise ApiError(400, "请求正文必须是一个 JSON 对象", "request body must be a JSON object")
-    unknown = sorted(set(d) - set(DEFAULTS))
-    if unknown:
-        names = ", ".join(_show(k)[1:-1] for k in unknown[:10])
-        raise ApiError(400, f"未知参数：{names}", f"unknown fields: {names}")
-    p = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None}}
-    _text(p, "prompt", MAX_PROMPT, tok)
-    if p["acrostic"] is not None:
-        _text(p, "acrostic", MAX_ACROSTIC, tok)
-    p["acrostic"] = p["acrostic"] or None
-    if p["form"] is not None and (not isinstance(p["form"], str)
-                                  or p["form"] not in (*FORMS, "", "不限")):
-        raise ApiError(400, f"form 只能是 {'、'.join(FORMS)} 之一，收到 {_show(p['form'])}",
-                       f"form must be one of {list(FORMS)}")
-    p["form"] = p["form"] if p["form"] in FORMS else None
-    _number(p, "temperature", *RANGES["temperature"], zero_ok=True)
-    _number(p, "top_p", *RANGES["top_p"])
-    _number(p, "repetition_penalty", *RANGES["repetition_penalty"])
-    if p["top_k"] is not None:
-        _number(p, "top_k", 0, tok.vocab_size, integer=True)
-        p["top_k"] = p["top_k"] or None                     # 0 = 不限
-    if p["max_new_tokens"] is not None:
-        _number(p, "max_new_tokens", 1, MAX_NEW_TOKENS, integer=True)
-    if p["seed"] is not None:
-        _number(p, "seed", 0, 2**31 - 1, integer=True)
-    return p
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -226,7 +145,7 @@ class Handler(BaseHTTPRequestHandler):
         if media.strip().lower() != "application/json" or \
                 (charset and charset.group(1).strip().lower() not in ("utf-8", "utf8")):
             raise ApiError(415, f"请求正文必须是 UTF-8 的 JSON（Content-Type: application/json），"
-                                f"收到 {_show(ctype) if ctype else '（没有 Content-Type）'}",
+                                f"收到 {brief(ctype) if ctype else '（没有 Content-Type）'}",
                            "Content-Type must be application/json")
         if "Transfer-Encoding" in self.headers:
             raise ApiError(411, "不支持分块传输（Transfer-Encoding），请带上 Content-Length",
@@ -235,7 +154,7 @@ class Handler(BaseHTTPRequestHandler):
         if not lengths:
             raise ApiError(411, "POST 请求必须带 Content-Length 头", "Content-Length required")
         if len(lengths) > 1 or not re.fullmatch(r"[0-9]{1,12}", lengths[0].strip()):
-            raise ApiError(400, f"Content-Length 必须是一个非负整数，收到 {_show(lengths)}",
+            raise ApiError(400, f"Content-Length 必须是一个非负整数，收到 {brief(lengths)}",
                            "invalid Content-Length")
         n = int(lengths[0])
         if n > MAX_BODY:
@@ -321,11 +240,10 @@ class Handler(BaseHTTPRequestHandler):
     def _generate(self, p: dict) -> None:
         t0 = time.perf_counter()
         text = p["prompt"] + "".join(self._pieces(p))
-        self._json(200, {"text": text, "prompt": p["prompt"],
-                         "new_chars": len(text) - len(p["prompt"]),
-                         "seconds": round(time.perf_counter() - t0, 3)})
+        self._json(200, result(p, text, time.perf_counter() - t0))
 
     def _stream(self, p: dict) -> None:
+        t0 = time.perf_counter()
         pieces = self._pieces(p)
         try:
             first = next(pieces, None)       # 参数/格式错误在这里抛出，还来得及回 400
@@ -343,7 +261,8 @@ class Handler(BaseHTTPRequestHandler):
             for piece in pieces:
                 out.append(piece)
                 self._line({"piece": piece})
-            self._line({"done": True, "text": p["prompt"] + "".join(out)})
+            text = p["prompt"] + "".join(out)
+            self._line({"done": True, **result(p, text, time.perf_counter() - t0)})
         finally:
             pieces.close()
 

@@ -24,6 +24,7 @@ from gptcourse.model import GPT
 from gptcourse.serve import MAX_BODY, MAX_PROMPT, Limits, make_server
 from gptcourse.serve_http import ClientGone, Gate, HostPolicy, host_name
 from gptcourse.tokenizer import CharTokenizer
+from gptcourse.verse import analyze
 
 FAST = dict(header_timeout=0.5, body_timeout=0.5, write_timeout=2.0, queue_timeout=5.0)
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -109,7 +110,8 @@ def test_page_has_the_expected_controls(server):
     assert status == 200 and hdrs["Content-Type"].startswith("text/html")
     for needle in ('id="prompt"', 'id="form"', "五绝", "七律", 'id="acrostic"',
                    'id="temperature"', 'id="top_k"', 'id="top_p"', 'type="range"',
-                   'id="poem"', 'lang="zh-CN"', 'src="/app.js"', 'href="/style.css"'):
+                   'id="poem"', 'lang="zh-CN"', 'src="/app.js"', 'href="/style.css"',
+                   'id="rhyme"', 'id="tones"', "押韵", "平仄"):
         assert needle in html, needle
     assert "<script>" not in html and "<style>" not in html        # CSP 不允许内联脚本和样式
     status, js, hdrs = request(server, "/app.js")
@@ -153,12 +155,34 @@ def test_stream_sends_pieces_then_done(server):
     ({"temperature": 1e-300}, "temperature"), ({"top_p": 1e-300}, "top_p"),
     ({"repetition_penalty": 1e-300}, "repetition_penalty"),
     ({"temperature": 10**400}, "temperature"), ({"prompt": [["春"]]}, "prompt"),
+    ({"rhyme": "yes"}, "rhyme"), ({"tones": 1}, "tones"), ({"rhyme": True}, "押韵"),
 ])
 def test_bad_values_get_400_with_a_message(server, body, word):
     for path in ("/api/generate", "/api/stream"):
         status, out = post(server, body, path)
         assert status == 400, (body, out)
         assert word in out["error"] and " / " in out["error"] and CJK.search(out["zh"])
+
+
+def test_rhyme_and_tones_with_the_verse_report(server):
+    for path in ("/api/generate", "/api/stream"):
+        for body in ({"form": "五绝", "rhyme": True, "seed": 2},
+                     {"acrostic": "春夏秋冬", "rhyme": True, "tones": True, "seed": 4}):
+            status, data, _ = request(server, path, body)
+            out = json.loads(data.decode().splitlines()[-1])
+            assert status == 200 and out["text"] == generate(
+                server.model, server.tok, **{"top_p": 0.9, "temperature": 0.8, **body})
+            a = out["analysis"]
+            assert a == analyze(out["text"]).to_dict()              # 报告由 verse.analyze 算出
+            assert a["rhymes"] and a["valid_form"] and len(a["tones"]) == len(out["text"])
+            text = out["text"]
+            even = [i - 1 for i, c in enumerate(text) if c in "。？！"]   # 双数句的末字
+            assert a["rhyme_positions"][-2:] == even
+            assert set(a["tones"]) <= {"平", "仄", "中", None}
+            if body.get("tones"):                                   # 没有一条规则不成立
+                assert False not in a["rules"].values()
+    status, out = post(server, {"prompt": "春", "max_new_tokens": 4, "seed": 1})
+    assert status == 200 and out["analysis"]["form"] is None        # 不受约束的续写也有报告
 
 
 def test_small_but_valid_sampling_values_work(server):
