@@ -3,7 +3,8 @@
 在 127.0.0.1 的空闲端口上用子进程启动 ``python -m gptcourse serve``（随课程发布的模型，默认限额），
 然后在本进程里用线程扮演客户端，全部在同一次运行里测量：
 
-1. 1、4、16 个并发客户端，各发固定数量（默认 32，但每个客户端至少 4 个）的
+1. 1、4、16 个并发客户端（1 个客户端时与"直接调用 generate()"交替进行，两边赶上同样的
+   机器负载，比一比 HTTP 的开销），各发固定数量（默认 32，但每个客户端至少 4 个）的
    ``POST /api/generate``（短的 ``max_new_tokens``），
    超过时间上限就不再发新请求 → 请求/秒、延迟 p50/p95/最大值、503 的个数；
 2. 同样的 4 个客户端，同时有 100 个慢速客户端（slowloris：请求头每秒送一个字节，被服务器断开
@@ -91,13 +92,7 @@ def load(port: int, clients: int, requests: int, time_limit: float, max_new_toke
     for t in threads:
         t.join()
     wall = time.perf_counter() - t_start
-    ok = [sec for status, sec in results if status == 200]
-    return {"clients": clients, "sent": len(results), "ok": len(ok),
-            "busy_503": sum(status == 503 for status, _ in results),
-            "failed": sum(status not in (200, 503) for status, _ in results),
-            "wall_s": wall, "req_per_s": len(ok) / wall,
-            "p50_s": percentile(ok, 0.5), "p95_s": percentile(ok, 0.95),
-            "max_s": max(ok, default=float("nan"))}
+    return {"clients": clients, **_summary(results, wall), "wall_s": wall}
 
 
 class Stallers:
@@ -177,16 +172,18 @@ def run(quick: bool = False, requests: int | None = None, time_limit: float = 60
     print(f"服务器：python -m gptcourse serve（{checkpoint.name}，默认限额），127.0.0.1；"
           f"每个请求 max_new_tokens={max_new_tokens}，每行 {requests} 个请求，"
           f"时间上限 {time_limit:g} 秒")
-    base = library_baseline(checkpoint, requests, max_new_tokens)
-    print(f"对照：同一进程里直接调用 generate()，同样的 {requests} 个请求依次执行："
-          f"{base['req_per_s']:.2f} 个/秒，p50 {base['p50_s']:.2f} 秒，p95 {base['p95_s']:.2f} 秒")
     proc, port = start_server(checkpoint)
     try:
         one_request(port, {"max_new_tokens": max_new_tokens})                 # 预热
-        rows = []
         print(f"{'客户端':>6} | {'成功':>4} | {'503':>3} | {'失败':>4} | {'请求/秒':>7} | "
               f"{'p50 秒':>6} | {'p95 秒':>6} | {'最大 秒':>7}")
-        for c in CONCURRENCY:                 # 并发越高发得越多：每个客户端至少 4 个
+        base, single = single_vs_library(port, checkpoint, requests, max_new_tokens)
+        print(f"{'库':>6} | {base['ok']:>4} |   – |    – | {base['req_per_s']:>7.2f} | "
+              f"{base['p50_s']:>6.2f} | {base['p95_s']:>6.2f} | {base['max_s']:>7.2f}  "
+              "（直接调用 generate()，与下一行交替进行）")
+        _print_row(single, "1")
+        rows = [single]
+        for c in CONCURRENCY[1:]:             # 并发越高发得越多：每个客户端至少 4 个
             rows.append(load(port, c, max(requests, 4 * c), time_limit, max_new_tokens))
             _print_row(rows[-1], f"{c}")
         with Stallers(port, stalled) as st:
@@ -211,8 +208,9 @@ def run(quick: bool = False, requests: int | None = None, time_limit: float = 60
             "abandoned": ab}
 
 
-def library_baseline(checkpoint: Path, requests: int, max_new_tokens: int) -> dict:
-    """不经过 HTTP：同样的参数（服务器的默认采样）直接调用 generate()，依次执行。"""
+def single_vs_library(port: int, checkpoint: Path, requests: int, max_new_tokens: int) -> tuple:
+    """1 个客户端，与直接调用 generate()（不经过 HTTP，同样的参数）交替进行，两边赶上同样的
+    机器负载 → (库的统计, 服务器的统计)。请求/秒 = 请求数 / 各自用时之和。"""
     from .. import checkpoint as ckpt
     from ..generate import generate
     from ..serve import DEFAULTS
@@ -221,14 +219,24 @@ def library_baseline(checkpoint: Path, requests: int, max_new_tokens: int) -> di
     model.eval()
     kw = {**DEFAULTS, "max_new_tokens": max_new_tokens}
     generate(model, tok, **kw)                                                  # 预热
-    secs, t_start = [], time.perf_counter()
+    lib, srv = [], []
     for i in range(requests):
         t0 = time.perf_counter()
         generate(model, tok, **{**kw, "seed": i})
-        secs.append(time.perf_counter() - t0)
-    wall = time.perf_counter() - t_start
-    return {"req_per_s": requests / wall, "p50_s": percentile(secs, 0.5),
-            "p95_s": percentile(secs, 0.95)}
+        lib.append(time.perf_counter() - t0)
+        srv.append(one_request(port, {"seed": i, "max_new_tokens": max_new_tokens}))
+    return (_summary([(200, sec) for sec in lib], sum(lib)),
+            {"clients": 1, **_summary(srv, sum(sec for _, sec in srv))})
+
+
+def _summary(results: list[tuple[int, float]], seconds: float) -> dict:
+    """[(状态码, 秒)] 与总用时 → 成功数、503 数、失败数、请求/秒、成功请求的延迟分位数。"""
+    ok = [sec for status, sec in results if status == 200]
+    return {"sent": len(results), "ok": len(ok),
+            "busy_503": sum(status == 503 for status, _ in results),
+            "failed": sum(status not in (200, 503) for status, _ in results),
+            "req_per_s": len(ok) / seconds, "p50_s": percentile(ok, 0.5),
+            "p95_s": percentile(ok, 0.95), "max_s": max(ok, default=float("nan"))}
 
 
 def _print_row(r: dict, label: str) -> None:
@@ -242,8 +250,9 @@ def markdown_table(result: dict) -> str:
     lines = ["| 客户端 | 成功 | 503 | 失败 | 请求/秒 | p50 秒 | p95 秒 | 最大 秒 |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     b = result["library"]
-    lines.append(f"| 对照：库 `generate()`，依次 | {result['requests_per_row']} | – | – | "
-                 f"{b['req_per_s']:.2f} | {b['p50_s']:.2f} | {b['p95_s']:.2f} | – |")
+    lines.append(f"| 对照：直接调用 `generate()`（与 1 个客户端交替） | {b['ok']} | – | – | "
+                 f"{b['req_per_s']:.2f} | {b['p50_s']:.2f} | {b['p95_s']:.2f} | "
+                 f"{b['max_s']:.2f} |")
     st = result["stalled"]
     for r, label in [(r, f"{r['clients']}") for r in result["rows"]] + \
             [(st, f"4 + {st['stalled']} 个慢速客户端")]:
