@@ -12,6 +12,9 @@
 正文不是 ``application/json`` → 415；没有 ``Content-Length``（或分块传输）→ 411；正文过大 → 413；
 正文没按时传完 → 408；不是 JSON、参数未知、类型或范围不对、有词表外的字 → 400；
 生成名额和队列都满了 → 503。客户端断开后，生成在下一个字之前停止，名额立即放回。
+课堂上给全班用：``--host 0.0.0.0``（学生用老师电脑的 IP 访问）；用主机名访问时加
+``--allow-host 名字``；别的网站的页面要调用 API 时加 ``--allow-origin http://那个网站``
+（它会得到 CORS 响应头，``OPTIONS`` 预检也会通过）。
 连接、超时与安全头的规则见 :mod:`gptcourse.serve_http`。
 
 每个请求在自己的线程里用自己的 KV 缓存，模型权重只读（加载后处于 eval 模式），所以并发请求
@@ -48,7 +51,7 @@ FILES = {                        # GET 路径 → (文件, Content-Type, Cache-C
 }
 MAX_BODY = 8192                 # 请求正文上限（字节）
 HTTP_ERRORS_ZH = {400: "请求格式不对", 408: "请求超时", 414: "请求地址太长",
-                  431: "请求头太长或太多", 501: "不支持这种请求方法（只有 GET 和 POST）",
+                  431: "请求头太长或太多", 501: "不支持这种请求方法（只有 GET、POST 和 OPTIONS）",
                   505: "不支持这个 HTTP 版本"}
 
 
@@ -69,6 +72,7 @@ class Handler(BaseHTTPRequestHandler):
         now = time.monotonic()
         self.deadline = now + self.server.limits.header_timeout   # 空闲 + 请求头的总时限
         self._streaming = self._unread = False
+        self.headers = None                                       # 上一个请求的头不再算数
         self.server.waiting_for_request(self.connection, now)    # 连接数满时可以被挤掉
         super().handle_one_request()
 
@@ -91,7 +95,9 @@ class Handler(BaseHTTPRequestHandler):
 
     # ---------------------------------------------------------------- 响应
     def end_headers(self):
-        for k, v in SECURITY_HEADERS.items():
+        cors = {} if self.headers is None else \
+            self.server.policy.cors_headers(self.headers.get("Origin"))
+        for k, v in {**SECURITY_HEADERS, **cors}.items():
             self.send_header(k, v)
         super().end_headers()
 
@@ -187,6 +193,23 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(200, self._info())
             else:
                 raise ApiError(404, f"没有这个地址：{path[:100]}", "not found")
+        except ApiError as e:
+            self._fail(e.status, e.payload())
+        except OSError:
+            self.close_connection = True
+
+    def do_OPTIONS(self):
+        """CORS 预检：只有 ``--allow-origin`` 里的来源会得到允许。"""
+        try:
+            self._guard()
+            self.send_response(204)
+            if self.server.policy.cors_headers(self.headers.get("Origin")):
+                self.send_header("Access-Control-Allow-Methods", "GET, POST")
+                self.send_header("Access-Control-Allow-Headers", "Content-Type")
+                self.send_header("Access-Control-Max-Age", "600")
+            self.send_header("Allow", "GET, POST, OPTIONS")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
         except ApiError as e:
             self._fail(e.status, e.payload())
         except OSError:

@@ -206,7 +206,8 @@ class HostPolicy:
 
     - ``Host`` 必须是 localhost / 127.0.0.1 / ::1、绑定的地址或 ``allow_hosts`` 里的名字；
       绑定到 0.0.0.0（课堂上给全班用）时，任何 IP 地址也可以——DNS 重绑定只能借用域名；
-    - ``Origin`` 若出现，必须与 ``http://<Host>`` 相同（同源），或在 ``allow_origins`` 里。
+    - ``Origin`` 若出现，必须与 ``http://<Host>`` 相同（同源），或在 ``allow_origins`` 里
+      （这些来源的页面还会得到 CORS 响应头，可以跨站调用 API）。
     """
 
     def __init__(self, bound_host: str, allow_hosts=(), allow_origins=()):
@@ -226,6 +227,12 @@ class HostPolicy:
             if o not in self.origins and (host is None or o != f"http://{host.strip().lower()}"):
                 raise ApiError(403, f"拒绝跨站请求：来源 {origin[:100]!r} 与页面不同源"
                                     "（需要时请加 --allow-origin）", "cross-origin request refused")
+
+    def cors_headers(self, origin: str | None) -> dict[str, str]:
+        """来源在 ``allow_origins`` 里时要加的 CORS 响应头（别的来源：没有，浏览器不给它读）。"""
+        if origin is None or origin.strip().lower().rstrip("/") not in self.origins:
+            return {}
+        return {"Access-Control-Allow-Origin": origin.strip(), "Vary": "Origin"}
 
 
 # ---------------------------------------------------------------- 服务器

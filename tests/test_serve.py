@@ -253,7 +253,7 @@ def test_security_headers_on_every_response(server):
     assert "frame-ancestors 'none'" in hdrs["content-security-policy"]      # http.server 自己的错误
     assert CJK.search(json.loads(body)["zh"])
     status, _, body = raw_exchange(server, b"PUT /api/generate HTTP/1.1\r\nHost: localhost\r\n\r\n")
-    assert status == 501 and "只有 GET 和 POST" in json.loads(body)["zh"]
+    assert status == 501 and "只有 GET、POST" in json.loads(body)["zh"]
 
 
 @pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded",
@@ -301,6 +301,17 @@ def test_host_and_origin_must_be_this_server(tiny, server):
             == 200
         assert request(srv, "/", headers={"Host": "teacher-pc.local:8000"})[0] == 200
         assert request(srv, "/", headers={"Origin": "http://evil.example"})[0] == 403
+        # 允许的来源：CORS 预检通过，回答带 Access-Control-Allow-Origin；别的来源没有
+        status, _, hdrs = request(srv, "/api/generate", method="OPTIONS",
+                                  headers={"Origin": "http://course.example"})
+        assert status == 204 and hdrs["Access-Control-Allow-Origin"] == "http://course.example"
+        assert "POST" in hdrs["Access-Control-Allow-Methods"]
+        _, _, hdrs = request(srv, "/api/generate", {"max_new_tokens": 2},
+                             headers={"Origin": "http://course.example"})
+        assert hdrs["Access-Control-Allow-Origin"] == "http://course.example"
+        assert "Access-Control-Allow-Origin" not in request(srv, "/api/info")[2]
+        assert request(srv, "/api/generate", method="OPTIONS",
+                       headers={"Origin": "http://evil.example"})[0] == 403
 
 
 def test_host_policy_rules():
