@@ -282,6 +282,21 @@ def test_chunked_or_missing_length_is_not_ignored(server):
         assert status == 400, bad
 
 
+def test_keep_alive_and_errors_that_leave_the_body_unread(server):
+    body = b'{"max_new_tokens": 2, "seed": 1}'
+    one = http_post(server, body).replace(b"Connection: close\r\n", b"")
+    with connect(server) as s:                    # 两个请求走同一个连接（正文按长度读完）
+        s.sendall(one + one)
+        data = read_until_closed(s)               # 空闲 header_timeout 之后服务器关闭
+    assert data.count(b"HTTP/1.1 200 OK") == 2
+    bad = one.replace(b"application/json", b"text/plain")
+    with connect(server) as s:                    # 415：正文没读，连接必须关掉，不能当成下一个请求
+        s.sendall(bad + one)
+        data = read_until_closed(s)
+    assert data.startswith(b"HTTP/1.1 415") and data.count(b"HTTP/1.1") == 1
+    assert b"Connection: close" in data
+
+
 def test_host_and_origin_must_be_this_server(tiny, server):
     port = server.server_address[1]
     for headers in ({"Host": "evil.example"}, {"Host": f"evil.example:{port}"},
