@@ -13,6 +13,9 @@
   所以 ``generate_batch(prompts, seed=s)[i] == generate(prompts[i], seed=s + i)``。
 - 生成时从不采样 <unk>；``form`` / ``acrostic`` / ``rhyme`` / ``tones`` 的约束见
   :mod:`gptcourse.constraints`。
+- 每一步的开销：模型只算新位置（K/V 写进预分配的缓存）；选词整批一次完成
+  （:func:`~gptcourse.sampling.sample_rows`，只有重复惩罚和格式约束逐行）；约束要看的
+  "当前这首诗"的文本逐字增量维护，不必每步把整行重新解码。
 """
 from __future__ import annotations
 

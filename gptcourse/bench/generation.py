@@ -5,7 +5,8 @@
 1. **随课程发布的模型，批大小 1，带 KV 缓存**：默认设置的词元/秒，以及每个"杠杆"单独换掉后的
    对比——逐步 ``torch.cat`` 的旧式缓存（写在本文件里作参照）、手写注意力代替 SDPA、动态 int8、
    2 个线程、top-p + 温度、诗体约束，还有"模型单步"（不经解码循环，``inference_mode`` 与
-   ``no_grad`` 各一次），看循环本身占多少。各配置按轮交替计时，取各轮中位数。
+   ``no_grad`` 各一次）和"只做矩阵 × 向量"（把每个权重矩阵读一遍的下限），看时间花在哪里。
+   各配置按轮交替计时，取各轮中位数。
 2. **16 首一批**：``generate_batch`` 一次写 16 首 与 逐首写 16 首 的吞吐之比。
 3. **缓存 vs 整段重算**：课程模型的设计、**随机权重**（速度只取决于形状）、上下文放宽到 640，
    贪心写 32…512 个新词元，两种方式交替计时，取最快的一次。
@@ -103,10 +104,22 @@ def _steps(model, n: int, grad_ctx) -> int:
     return n
 
 
+def _weights_only(model, n: int) -> int:
+    """下限：每个"词元"只把模型的每个权重矩阵与一个向量相乘一次（fp32 权重各读一遍），共 n 次。"""
+    mats = list({id(m.weight): m.weight.detach() for m in model.modules()
+                 if isinstance(m, torch.nn.Linear)}.values())
+    xs = [torch.randn(1, w.shape[1]) for w in mats]
+    with torch.inference_mode():
+        for _ in range(n):
+            for w, x in zip(mats, xs):
+                torch.nn.functional.linear(x, w)
+    return n
+
+
 def _rates(times: list[tuple[float, float, int]]) -> dict:
     wall = statistics.median(n / w for w, _, n in times)
     cpu = statistics.median(n / c for _, c, n in times if c > 0)
-    return {"tok_s": wall, "cpu_tok_s": cpu}
+    return {"tok_s": wall, "cpu_tok_s": cpu, "tokens": statistics.median(n for *_, n in times)}
 
 
 def shipped_levers(model, tok, rounds: int, n_poems: int) -> dict:
@@ -130,6 +143,7 @@ def shipped_levers(model, tok, rounds: int, n_poems: int) -> dict:
         "模型单步 ×100（inference_mode）":
             (model, {}, lambda m: _steps(m, steps, torch.inference_mode)),
         "模型单步 ×100（no_grad）": (model, {}, lambda m: _steps(m, steps, torch.no_grad)),
+        "只做矩阵 × 向量 ×100（权重各读一遍）": (model, {}, lambda m: _weights_only(m, steps)),
     }
     batch_cases = {"逐首写 16 首": lambda: _poems(model, tok, 16),
                    "generate_batch 一次 16 首": lambda: _batch(model, tok, 16)}
