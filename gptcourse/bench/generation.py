@@ -249,27 +249,31 @@ def print_levers(r: dict) -> None:
           f"{r['batch16_cpu_speedup']:.2f} 倍）")
 
 
+def _md(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Markdown 表格的各行：第一列左对齐，其余右对齐。"""
+    return ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)] + \
+        ["| " + " | ".join(r) + " |" for r in rows]
+
+
 def markdown_table(result: dict) -> str:
     """把表 3（缓存 vs 整段重算）写成 Markdown 表格（docs/benchmarks.md 的生成一节用）。"""
-    lines = ["| 新词元 | 无缓存 tok/s | KV 缓存 tok/s | 缓存加速（墙钟） | 缓存加速（CPU 时间） |",
-             "|---:|---:|---:|---:|---:|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['new_tokens']} | {r['no_cache_tok_s']:.1f} | {r['cache_tok_s']:.1f} | "
-                     f"{r['cache_speedup']:.1f}× | {r['cpu_cache_speedup']:.1f}× |")
-    return "\n".join(lines)
+    return "\n".join(_md(
+        ["新词元", "无缓存 tok/s", "KV 缓存 tok/s", "缓存加速（墙钟）", "缓存加速（CPU 时间）"],
+        [[str(r["new_tokens"]), f"{r['no_cache_tok_s']:.1f}", f"{r['cache_tok_s']:.1f}",
+          f"{r['cache_speedup']:.1f}×", f"{r['cpu_cache_speedup']:.1f}×"] for r in result["rows"]]))
 
 
 def markdown_levers(result: dict) -> str:
     """表 1、表 2 写成 Markdown（docs/benchmarks.md 用）。"""
-    lines = ["| 配置（随课程发布的模型，批大小 1） | tok/s | 相对默认 | CPU tok/s | 相对默认 |",
-             "|---|---:|---:|---:|---:|"]
-    for r in result["levers"]:
-        lines.append(f"| {r['case']} | {r['tok_s']:,.0f} | {r['vs_default']:.2f}× | "
-                     f"{r['cpu_tok_s']:,.0f} | {r['cpu_vs_default']:.2f}× |")
-    lines += ["", "| 16 首 | tok/s | CPU tok/s |", "|---|---:|---:|"]
-    lines += [f"| {b['case']} | {b['tok_s']:,.0f} | {b['cpu_tok_s']:,.0f} |"
-              for b in result["batch16"]]
-    return "\n".join(lines)
+    header = ["配置（随课程发布的模型，批大小 1）", "tok/s", "相对默认", "CPU tok/s", "相对默认"]
+    levers = _md(header,
+                 [[r["case"], f"{r['tok_s']:,.0f}", f"{r['vs_default']:.2f}×",
+                   f"{r['cpu_tok_s']:,.0f}", f"{r['cpu_vs_default']:.2f}×"]
+                  for r in result["levers"]])
+    batch = _md(["16 首", "tok/s", "CPU tok/s"],
+                [[b["case"], f"{b['tok_s']:,.0f}", f"{b['cpu_tok_s']:,.0f}"]
+                 for b in result["batch16"]])
+    return "\n".join(levers + [""] + batch)
 
 
 if __name__ == "__main__":
