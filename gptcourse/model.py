@@ -128,7 +128,7 @@ class CausalSelfAttention(nn.Module):
         qkv = self.split_heads(x)                                    # [3, B, H, T, D]
         if self.use_rope:                                            # 只旋转 Q 和 K，V 不动
             cos, sin = rope
-            q, k = apply_rope(qkv[:2], cos, sin)                     # Q、K 一起转：各 [B, H, T, D]
+            q, k = apply_rope(qkv[:2], cos, sin).unbind(0)           # Q、K 一起转：各 [B, H, T, D]
         else:
             q, k = qkv[0], qkv[1]
         v = qkv[2]

@@ -124,7 +124,8 @@ def sample_rows(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
         return torch.multinomial(probs, 1).squeeze(-1)
     if len(generators) != probs.shape[0]:
         raise ValueError(f"generators 有 {len(generators)} 个，logits 却有 {probs.shape[0]} 行")
-    return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in zip(probs, generators)])
+    rows = zip(probs.unbind(0), generators)
+    return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in rows])
 
 
 def _probs(logits, temperature, top_k, top_p) -> torch.Tensor | None:
