@@ -413,6 +413,11 @@ def test_cli_generate(tok, tmp_path, capsys):
     streamed = capsys.readouterr().out
     assert cli.main(base + ["--acrostic", "春夏秋冬"]) == 0
     assert capsys.readouterr().out == streamed
+    assert cli.main(base + ["--form", "五绝", "--rhyme-group", "阳", "--tones", "-n", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2 and all(analyze(x).rhyme_group == "下平七阳" for x in lines), lines
+    assert cli.main(base + ["--rhyme"]) == 2
+    assert "需要诗体" in capsys.readouterr().err
     assert cli.main(base + ["--top-p", "2"]) == 2
     assert "top_p" in capsys.readouterr().err
     assert cli.main(base + ["--prompt", "☃"]) == 2
