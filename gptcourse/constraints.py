@@ -103,7 +103,7 @@ class VerseConstraint:
         self._known = self._mask(lambda c: tone(c) is not None)
         self._ends = [self._ids(end_marks(i)) for i in (0, 1)]                  # 单数句 / 双数句
         self._cache: dict = {}
-        self._states: dict[str, State] = {}
+        self._states: dict[str, State] = {"": State(0, 0, self.line_len, (), (), None)}
 
     # ---------------------------------------------------------------- 掩码的零件
     def _mask(self, keep) -> torch.Tensor:
@@ -159,14 +159,16 @@ class VerseConstraint:
         return State(line, count + 1, L, cur + (tone(ch),), prev, groups)
 
     def _parse(self, poem: str) -> State:
-        if poem in self._states:
-            return self._states[poem]
-        s = self._parse(poem[:-1]) if poem else State(0, 0, self.line_len, (), (), None)
-        if poem:
-            s = self._step(s, poem[-1])
-        if len(self._states) > 20000:
-            self._states.clear()
-        self._states[poem] = s
+        """poem 的状态：从缓存里最长的前缀接着逐字解析（解码时每步只走一个字）。"""
+        k = len(poem)
+        while poem[:k] not in self._states:
+            k -= 1
+        s = self._states[poem[:k]]
+        if len(self._states) > 20000:                      # 缓存只是加速，满了就重来
+            self._states = {"": self._states[""]}
+        for i in range(k, len(poem)):
+            s = self._step(s, poem[i])
+            self._states[poem[:i + 1]] = s
         return s
 
     def state(self, poem: str) -> tuple[int, int, int | None]:
@@ -175,8 +177,6 @@ class VerseConstraint:
         文本不符合约束（字数不对、标点不对、藏头字不对、多余的字、要求押韵时韵脚不押韵）时
         抛出 ValueError。
         """
-        for i in range(len(poem)):             # 先逐字解析，避免很长的提示递归太深
-            self._parse(poem[:i])
         s = self._parse(poem)
         if self.rhyme and s.groups == frozenset():
             want = f"{self.rhyme_group}的字" if self.rhyme_group else "同一平声韵部的字"
