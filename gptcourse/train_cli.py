@@ -21,7 +21,9 @@ import torch
 from . import checkpoint
 from . import distributed as dist_utils
 from .config import preset, preset_names
-from .data import available_corpora, load_corpus, poem_starts
+from . import verse
+from .acceptance import sample_poems
+from .data import available_corpora, load_corpus, poem_starts, vocabulary_text
 from .model import GPT
 from .runtime import get_device, set_seed
 from .tokenizer import CharTokenizer
@@ -54,6 +56,9 @@ def cli_arguments(p) -> None:
     p.add_argument("--windows", choices=("poem", "random"), default="poem",
                    help="训练窗口的起点：poem = 每首诗前的换行符（默认，与生成时一致）；"
                         "random = 任意位置")
+    p.add_argument("--probe-poems", type=int, default=0,
+                   help="每次评估时采样这么多首诗，记下诗体合格率、押韵率与平仄"
+                        "（训练曲线，存进 meta）")
     p.add_argument("--no-progress", action="store_true")
     # 测试用：每个进程把最终权重的哈希和本进程的损失写进这个目录（检查 DDP 各进程是否一致）
     p.add_argument("--dump-rank-state", default=None, help=argparse.SUPPRESS)
@@ -75,7 +80,7 @@ def cli_main(args) -> int:
     rank = dist_utils.rank()
     set_seed(args.seed)
     corpus = load_corpus(args.corpus)
-    tok = CharTokenizer.from_text(corpus.train)
+    tok = CharTokenizer.from_text(vocabulary_text(corpus))      # 训练集正文 + 标题 + 《》
     overrides = {"vocab_size": tok.vocab_size}
     if args.block_size:
         overrides["block_size"] = args.block_size
@@ -112,10 +117,25 @@ def cli_main(args) -> int:
             checkpoint.save(best_path, model, tok, step=step, meta=m, half=args.half)
 
     t0 = time.perf_counter()
+    probes: list[dict] = []
+    meta["probe"] = probes
+
+    def probe(step, model_, history_):               # 训练曲线：自由采样的诗写得像不像、押不押韵
+        if args.probe_poems < 1 or rank != 0:
+            return
+        poems = sample_poems(model_, tok, args.probe_poems, seed=10_000, temperature=0.8)
+        rhyme, tonal = verse.rates(poems)
+        probes.append({"step": step, "tokens": step * tcfg.batch_size * cfg.block_size
+                       * tcfg.grad_accum * dist_utils.world_size(),
+                       "wall_s": round(time.perf_counter() - t0, 1),
+                       "val_loss": history_.evals[-1].get("val") if history_.evals else None,
+                       "form_rate": sum(map(verse.is_valid_form, poems)) / len(poems),
+                       "rhyme_rate": rhyme, "tonal_share": tonal})
+
     diverged = None
     try:
         history = train(model, train_ids, val_ids, tcfg, optimizer=optimizer, history=history,
-                        on_eval=on_eval, starts=starts)
+                        on_eval=on_eval, starts=starts, callbacks=[probe])
     except TrainingDiverged as e:               # 发散：留下发散之前最好的那一版（若有）
         diverged, history = e, e.history
     wall = time.perf_counter() - t0
