@@ -73,7 +73,7 @@ def _decode(model, tok, prompts: list[str], *, max_new_tokens: int | None, tempe
     if max_new_tokens is None:
         max_new_tokens = DEFAULT_MAX_NEW_TOKENS
         if cons is not None:       # 正好够写完一整首（每句按 7 字 + 标点算）再加结束符
-            max_new_tokens = cons.n_lines * ((cons.line_len or 7) + 1) + 1
+            max_new_tokens = (cons.n_lines or 8) * ((cons.line_len or 7) + 1) + 1
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
             or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens 必须是 ≥ 0 的整数，收到 {max_new_tokens!r}")
@@ -87,7 +87,7 @@ def _decode(model, tok, prompts: list[str], *, max_new_tokens: int | None, tempe
         if cons is not None:
             poem = _current_poem(p)
             line, count, L = cons.state(poem)                     # 提示不合格式 → ValueError
-            need = cons.n_lines * ((L or 7) + 1) + 1 - len(poem)
+            need = (cons.n_lines or 8) * ((L or 7) + 1) + 1 - len(poem)
             if max_new_tokens < need:
                 raise ValueError(f"max_new_tokens={max_new_tokens} 不够写完这首诗"
                                  f"（还需要 {need} 个词元）")

@@ -351,9 +351,27 @@ def test_rhyme_group_acrostic_and_prompt(tok, rope_model):
     assert analyze(p).rhyme_group == "下平十一尤"                   # 韵部由提示里的"流"决定
 
 
+def test_rhyme_without_a_form_allows_all_four_forms(tok, rope_model):
+    """只要押韵、不定诗体：每句几个字由第一句决定，第 4 句后可以结束也可以写满 8 句。"""
+    for kw in (dict(rhyme=True), dict(rhyme=True, tones=True)):
+        for p in generate_batch(rope_model, tok, [""] * 20, seed=40, **kw):
+            a = analyze(p)
+            assert a.valid_form and a.rhymes, p
+    c = VerseConstraint(tok, rhyme=True)
+    five = c.allowed("春风吹绿柳")                              # 第一句可以 5 字，也可以 7 字
+    assert five[tok.stoi["，"]] and five.sum() > 3
+    four = "春风吹绿柳，夏日照江流。秋月明山寺，冬云满客楼。"
+    assert c.allowed(four)[tok.eos_id] and c.allowed(four).sum() > 1   # 可结束，也可接着写
+    assert only_eos(c.allowed(four + "江南三月暮，花落水东流。山色青如黛，高歌上酒楼。"), tok)
+
+
+def only_eos(mask, tok):
+    return mask[tok.eos_id] and mask.sum() == 1
+
+
 def test_rhyme_errors(tok, rope_model):
     with pytest.raises(ValueError, match="需要诗体"):
-        generate(rope_model, tok, "", rhyme=True)
+        VerseConstraint(tok)
     with pytest.raises(ValueError, match="平声韵部"):
         generate(rope_model, tok, "", form="五绝", rhyme_group="董")
     with pytest.raises(ValueError, match="不是同一平声韵部"):                  # 鸟：仄声
