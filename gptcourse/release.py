@@ -23,7 +23,7 @@ CONFIRM_SEEDS = (50_000, 200)    # 确认用：与挑选时不重叠
 def settings(meta: dict | None) -> dict:
     """检查点的发布解码设置（没有时退回 FALLBACK）。"""
     release = (meta or {}).get("release") or {}
-    return {**FALLBACK, **release.get("settings", {})}
+    return {**FALLBACK, **(release.get("settings") or {})}
 
 
 def evaluate_setting(model, tok, train_text: str, val_loss: float, setting: dict,
