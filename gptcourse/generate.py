@@ -153,6 +153,9 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
                    use_cache: bool = True, form: str | None = None,
                    acrostic: str | None = None) -> list[str]:
     """一次生成一批提示（长度可以不同）→ 每行 提示 + 续写。第 i 行的种子是 ``seed + i``。"""
+    if isinstance(prompts, str):
+        raise TypeError("prompts 应是提示的列表，收到一个字符串；只写一首请用 generate()，"
+                        f"或写成 [{prompts!r}]")
     prompts = list(prompts)
     new: list[list[int]] = [[] for _ in prompts]
     for step in _decode(model, tok, prompts, max_new_tokens=max_new_tokens,
