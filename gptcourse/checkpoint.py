@@ -50,8 +50,12 @@ def check_writable(path: str | Path) -> Path:
         parent = parent.parent
     if not parent.is_dir():
         raise CheckpointError(f"无法在 {parent} 下建目录：它是一个文件")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise CheckpointError(f"没有权限写入目录 {parent}")
+    try:                                          # 真的试一次：权限、只读文件系统、配额都算
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise CheckpointError(f"不能写入目录 {parent}（{why}）") from None
     return path
 
 

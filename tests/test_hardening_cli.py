@@ -94,6 +94,15 @@ def test_train_checks_out_before_training(capsys, tmp_path, monkeypatch):
     one_line_error(capsys, [*TRAIN, "--out", ""], "没有文件名")
 
 
+def test_train_checks_that_out_is_writable(capsys, tmp_path, monkeypatch):
+    def refuse(*a, **k):                                      # 只读目录（root 也写不了的那种）
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(checkpoint.tempfile, "TemporaryFile", refuse)
+    one_line_error(capsys, [*TRAIN, "--out", str(tmp_path / "x.pt")],
+                   f"不能写入目录 {tmp_path}（Permission denied）")
+
+
 def test_given_block_size_is_used_not_the_preset(capsys, tmp_path):
     out = tmp_path / "b.pt"
     assert cli.main([*TRAIN, "--block-size", "8", "--eval-interval", "1", "--out", str(out)]) == 0
