@@ -233,3 +233,16 @@ def test_bpe_checkpoint_trains_saves_and_generates_from_the_cli(tmp_path, tiny_c
     poems = [generate(loaded, tok2, "床前", max_new_tokens=12, seed=s) for s in (0, 1)]
     assert r.stdout.decode("utf-8") == "".join(p + "\n" for p in poems)
     assert all(p.startswith("床前") and len(p) > 2 for p in poems)
+
+
+def test_bpe_streaming_waits_for_whole_characters(tiny_corpus_text):
+    """BPE 的词元可能是半个汉字：流式片段只含完整的字，拼起来等于 generate() 的续写。"""
+    from gptcourse.generate import generate, stream_tokens
+
+    tok = BPETokenizer()                                          # 没有合并：一个汉字 = 3 个词元
+    torch.manual_seed(0)
+    model = GPT(preset("mini", vocab_size=256, block_size=32, n_layer=1, n_head=2, n_embd=16))
+    for seed in range(3):
+        pieces = list(stream_tokens(model, tok, "春", max_new_tokens=20, seed=seed))
+        assert "春" + "".join(pieces) == generate(model, tok, "春", max_new_tokens=20, seed=seed)
+        assert all(p and not p.endswith("\ufffd") for p in pieces[:-1])    # 不切开一个字
