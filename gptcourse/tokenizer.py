@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import json
+import operator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -70,11 +71,21 @@ def check_ids(ids, vocab_size: int) -> list[int]:
     if hasattr(ids, "tolist"):
         ids = ids.tolist()
     ids = list(ids)
-    bad = [i for i in ids
-           if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < vocab_size]
+    out = [_as_id(i) for i in ids]
+    bad = [i for i, j in zip(ids, out) if j is None or not 0 <= j < vocab_size]
     if bad:
         raise ValueError(f"id 超出词表范围 [0, {vocab_size})：{bad[:10]}")
-    return ids
+    return out
+
+
+def _as_id(i) -> int | None:
+    """一个 id → Python 整数：int、NumPy 整数、0 维整数张量都可以；bool、浮点数不行（None）。"""
+    if isinstance(i, bool) or "bool" in str(getattr(i, "dtype", "")):
+        return None
+    try:
+        return operator.index(i)
+    except TypeError:
+        return None
 
 
 def read_json(path: str | Path) -> dict:

@@ -77,6 +77,12 @@ def test_decode_of_a_bad_id_is_a_value_error(tok, bad):
 def test_decode_accepts_tensors_and_tuples(tok):
     ids = tok.encode("明月")
     assert tok.decode(torch.tensor(ids)) == tok.decode(tuple(ids)) == "明月"
+    import numpy as np
+    mixed = [torch.tensor(ids[0]), *map(np.int64, ids[1:])]      # 0 维张量、NumPy 整数也是 id
+    assert tok.decode(mixed) == "明月"
+    for bad in (torch.tensor(True), np.bool_(True), torch.tensor(1.0)):
+        with pytest.raises(ValueError, match="超出词表范围"):
+            tok.decode([bad])
     with pytest.raises(ValueError, match="超出词表范围"):
         tok.decode(torch.tensor([[ids[0]]]))                     # 2-D 张量
 
