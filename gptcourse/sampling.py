@@ -128,11 +128,37 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
 
     顺序：温度 → top-k → top-p → softmax → 按概率抽样。temperature=0 时直接取 argmax（贪心）。
     """
+    probs = _probs(logits, temperature, top_k, top_p)
+    if probs is None:
+        return logits.argmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sample_rows(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None,
+                generators: list[torch.Generator | None] | None = None) -> torch.Tensor:
+    """一批 logits [B, V]，第 i 行用 ``generators[i]`` 抽样 → [B] 的 id。
+
+    温度、top-k、top-p、softmax 整批一次算完；只有抽样这一步逐行（每行有自己的随机数发生器）。
+    第 i 行的结果与 ``sample_next(logits[i], …, generator=generators[i])`` 相同。
+    """
+    probs = _probs(logits, temperature, top_k, top_p)
+    if probs is None:
+        return logits.argmax(-1)
+    if generators is None or all(g is None for g in generators):
+        return torch.multinomial(probs, 1).squeeze(-1)
+    if len(generators) != probs.shape[0]:
+        raise ValueError(f"generators 有 {len(generators)} 个，logits 却有 {probs.shape[0]} 行")
+    rows = zip(probs.unbind(0), generators)
+    return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in rows])
+
+
+def _probs(logits, temperature, top_k, top_p) -> torch.Tensor | None:
+    """温度 → top-k → top-p → softmax 之后的概率 [..., V]；temperature=0（贪心）时返回 None。"""
     check_sampling_args(temperature, top_k, top_p)
     if torch.isneginf(logits).all(-1).any():
         raise ValueError("没有任何可选的词元（所有 logits 都被屏蔽成了 −∞）")
     if temperature == 0:
-        return logits.argmax(-1)
+        return None
     logits = apply_temperature(logits.float(), temperature)
-    probs = top_p_filter(top_k_filter(logits, top_k), top_p).softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return top_p_filter(top_k_filter(logits, top_k), top_p).softmax(-1)
