@@ -163,6 +163,9 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
                    acrostic: str | None = None, rhyme: bool = False,
                    rhyme_group: str | None = None, tones: bool = False) -> list[str]:
     """一次生成一批提示（长度可以不同）→ 每行 提示 + 续写。第 i 行的种子是 ``seed + i``。"""
+    if isinstance(prompts, str):
+        raise TypeError("prompts 应是提示的列表，收到一个字符串；只写一首请用 generate()，"
+                        f"或写成 [{prompts!r}]")
     prompts = list(prompts)
     new: list[list[int]] = [[] for _ in prompts]
     for step in _decode(model, tok, prompts, max_new_tokens=max_new_tokens,
@@ -184,14 +187,24 @@ def stream_tokens(model, tok, prompt: str = "", max_new_tokens: int | None = Non
                   use_cache: bool = True, form: str | None = None,
                   acrostic: str | None = None, rhyme: bool = False,
                   rhyme_group: str | None = None, tones: bool = False) -> Iterator[str]:
-    """逐个产出新生成的文字片段（不含提示与最后的结束符）。拼起来 == generate() 的续写部分。"""
+    """逐个产出新生成的文字片段（不含提示与最后的结束符）。拼起来 == generate() 的续写部分。
+
+    字节级 BPE 的一个词元可能只是一个汉字的前一两个字节：这时先攒着，等字节凑齐了再一起产出。
+    """
+    pending: list[int] = []                                       # 还没凑成完整文字的词元
     for (t,) in _decode(model, tok, [prompt], max_new_tokens=max_new_tokens,
                         temperature=temperature, top_k=top_k, top_p=top_p,
                         repetition_penalty=repetition_penalty, seed=seed, use_cache=use_cache,
                         form=form, acrostic=acrostic, rhyme=rhyme, rhyme_group=rhyme_group,
                         tones=tones):
         if t is not None and t != tok.eos_id:
-            yield tok.decode([t])
+            pending.append(t)
+            text = tok.decode(pending)
+            if not text.endswith("\ufffd"):                       # 最后一个字是完整的
+                yield text
+                pending = []
+    if pending:
+        yield tok.decode(pending)
 
 
 def generate(model, tok, prompt: str = "", max_new_tokens: int | None = None,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import shlex
 import sys
 import time
@@ -20,7 +21,7 @@ import torch
 
 from . import checkpoint
 from . import distributed as dist_utils
-from .config import preset, preset_names
+from .config import MAX_BLOCK_SIZE, preset, preset_names
 from . import verse
 from .acceptance import sample_poems
 from .data import available_corpora, load_corpus, poem_starts, vocabulary_text
@@ -69,6 +70,11 @@ def cli_main(args) -> int:
         raise ValueError("请用 --minutes 或 --steps 给出训练预算")
     if args.no_bf16 and args.bf16:
         raise ValueError("--bf16 与 --no-bf16 不能同时给出")
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        raise ValueError(f"需要 lr > 0 的有限数，收到 lr={args.lr}")
+    if args.block_size is not None and not 1 <= args.block_size <= MAX_BLOCK_SIZE:
+        raise ValueError(f"block_size 必须在 [1, {MAX_BLOCK_SIZE}] 之内，收到 {args.block_size}")
+    out = checkpoint.check_writable(args.out)              # 训练之前就确认能写，而不是训练之后
     bf16 = False if args.no_bf16 else (True if args.bf16 else "auto")
     tcfg = TrainConfig(batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup,
                        max_steps=args.steps, max_minutes=args.minutes, grad_accum=args.grad_accum,
@@ -82,7 +88,7 @@ def cli_main(args) -> int:
     corpus = load_corpus(args.corpus)
     tok = CharTokenizer.from_text(vocabulary_text(corpus))      # 训练集正文 + 标题 + 《》
     overrides = {"vocab_size": tok.vocab_size}
-    if args.block_size:
+    if args.block_size is not None:
         overrides["block_size"] = args.block_size
     if args.dropout is not None:
         overrides.update(dropout=args.dropout, attn_dropout=args.dropout,
@@ -96,7 +102,6 @@ def cli_main(args) -> int:
     if args.windows == "poem":              # 窗口从换行符开始：模型总能看到整首诗的上文
         starts = {name: poem_starts(ids, tok.eos_id, cfg.block_size)
                   for name, ids in (("train", train_ids), ("val", val_ids))}
-    out = Path(args.out)
     best_path, last_path = out.with_suffix(".best.pt"), out.with_suffix(".last.pt")
     optimizer = make_optimizer(model, tcfg.lr, tcfg.weight_decay, tcfg.betas)
     history = History()
