@@ -103,7 +103,7 @@ _DESIGNS = {
                  qkv="separate", gelu_approx="tanh",
                  dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
     # 课程默认模型：teacher 设计，尺寸按"2 核 CPU 训练 15 分钟"选定（见 data/checkpoints/README.md）
-    "course": dict(vocab_size=6436, block_size=128, n_layer=4, n_head=4, n_embd=256,
+    "course": dict(vocab_size=6606, block_size=128, n_layer=4, n_head=4, n_embd=256,
                    pos="rope", norm="rmsnorm", mlp="swiglu", bias=False,
                    dropout=0.0, attn_dropout=0.0, resid_dropout=0.0),
 }

@@ -265,12 +265,13 @@ def cli_arguments(p) -> None:
     p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
     p.add_argument("--samples", type=int, default=200, help="验收用的采样首数")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--temperature", type=float, default=0.8)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="采样温度（默认：检查点的发布设置；设置其余各项也取发布设置）")
     p.add_argument("--batch-size", type=int, default=32)
 
 
 def cli_main(args) -> int:
-    from . import checkpoint
+    from . import checkpoint, release
     from .acceptance import acceptance_checks, acceptance_table, sample_poems
     from .data import load_corpus
 
@@ -294,10 +295,16 @@ def cli_main(args) -> int:
         for name, b in base.items()]
     for name, v, t in rows:
         print(f"{name:<16}{v:>10.4f}{t:>11.4f}{math.exp(v):>13,.1f}{v / LN2:>12.3f}")
-    samples = sample_poems(model, tok, args.samples, seed=args.seed,
-                           temperature=args.temperature)
-    print(f"\n采样 {len(samples)} 首（温度 {args.temperature}，空提示，种子从 {args.seed} 起），"
-          "例如：")
+    decoding = release.settings(meta)
+    if args.temperature is not None:
+        decoding["temperature"] = args.temperature
+    temperature = decoding.pop("temperature")
+    samples = sample_poems(model, tok, args.samples, seed=args.seed, temperature=temperature,
+                           **decoding)
+    which = "检查点的发布设置" if (meta or {}).get("release") else "默认设置"
+    print(f"\n采样 {len(samples)} 首（{which}：温度 {temperature}，"
+          + "，".join(f"{k}={v}" for k, v in decoding.items())
+          + f"；空提示，种子从 {args.seed} 起），例如：")
     for s in samples[:3]:
         print("  " + s)
     checks = acceptance_checks(samples, corpus.train, val_loss=val.loss)

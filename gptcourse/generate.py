@@ -19,6 +19,8 @@
 """
 from __future__ import annotations
 
+import argparse
+
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -256,18 +258,22 @@ def cli_arguments(p) -> None:
     p.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"最多生成多少个词元（默认 {DEFAULT_MAX_NEW_TOKENS}；"
                         "有诗体约束时正好一首）")
-    p.add_argument("--temperature", type=float, default=1.0, help="温度，0 = 贪心（默认 1.0）")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="温度，0 = 贪心（默认：检查点的发布设置）")
     p.add_argument("--top-k", type=int, default=None, help="只在最可能的 k 个字里抽样")
-    p.add_argument("--top-p", type=float, default=None, help="核采样阈值，(0, 1]")
-    p.add_argument("--repetition-penalty", type=float, default=1.0, help="重复惩罚，1 = 不惩罚")
+    p.add_argument("--top-p", type=float, default=None,
+                   help="核采样阈值，(0, 1]（默认：检查点的发布设置）")
+    p.add_argument("--repetition-penalty", type=float, default=None,
+                   help="重复惩罚，1 = 不惩罚（默认：检查点的发布设置）")
     p.add_argument("--seed", type=int, default=None, help="随机种子（第 i 首用 seed + i）")
     p.add_argument("--form", choices=list(FORMS), default=None, help="诗体：五绝/五律/七绝/七律")
     p.add_argument("--acrostic", default=None, help="藏头字，例如 春夏秋冬")
-    p.add_argument("--rhyme", action="store_true",
-                   help="押韵：双数句末字同一平声韵部（需要 --form 或 --acrostic）")
+    p.add_argument("--rhyme", action=argparse.BooleanOptionalAction, default=None,
+                   help="押韵：双数句末字同一平声韵部（默认：检查点的发布设置）")
     p.add_argument("--rhyme-group", default=None,
                    help="指定平声韵部（全名或韵目字，例如 下平七阳 或 阳；隐含 --rhyme）")
-    p.add_argument("--tones", action="store_true", help="平仄：第 2、4、6 字分明、相对、相粘")
+    p.add_argument("--tones", action=argparse.BooleanOptionalAction, default=None,
+                   help="平仄：第 2、4、6 字分明、相对、相粘（默认：检查点的发布设置）")
     p.add_argument("--stream", action="store_true", help="边生成边输出")
     p.add_argument("--no-cache", action="store_true", help="不用 KV 缓存（每步整段重算，较慢）")
     p.add_argument("--device", default=None, help="cpu / cuda / mps（默认自动选择）")
@@ -276,16 +282,24 @@ def cli_arguments(p) -> None:
 def cli_main(args) -> int:
     import sys
 
-    from . import checkpoint
+    from . import checkpoint, release
     from .runtime import get_device
 
     if args.num_samples < 1:
         raise ValueError(f"-n 必须 ≥ 1，收到 {args.num_samples}")
-    model, tok, _ = checkpoint.load(args.checkpoint, map_location=str(get_device(args.device)))
-    kw = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-              top_p=args.top_p, repetition_penalty=args.repetition_penalty,
-              use_cache=not args.no_cache, form=args.form, acrostic=args.acrostic,
-              rhyme=args.rhyme, rhyme_group=args.rhyme_group, tones=args.tones)
+    model, tok, meta = checkpoint.load(args.checkpoint,
+                                       map_location=str(get_device(args.device)))
+    given = {"temperature": args.temperature, "top_k": args.top_k, "top_p": args.top_p,
+             "repetition_penalty": args.repetition_penalty, "rhyme": args.rhyme,
+             "tones": args.tones}
+    decoding = {**release.settings(meta), **{k: v for k, v in given.items() if v is not None}}
+    if args.rhyme_group:
+        decoding["rhyme"] = True
+    print("解码设置：" + "，".join(f"{k}={v}" for k, v in decoding.items())
+          + ("（未指定的取检查点的发布设置）" if (meta or {}).get("release") else ""),
+          file=sys.stderr)
+    kw = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache, form=args.form,
+              acrostic=args.acrostic, rhyme_group=args.rhyme_group, **decoding)
     if args.stream:
         for i in range(args.num_samples):
             seed = None if args.seed is None else args.seed + i

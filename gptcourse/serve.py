@@ -223,7 +223,7 @@ class Handler(BaseHTTPRequestHandler):
             route = {"/api/generate": self._generate, "/api/stream": self._stream}.get(path)
             if route is None:
                 raise ApiError(404, f"没有这个地址：{path[:100]}", "not found")
-            params = parse_params(self._body(), self.server.tok)
+            params = parse_params(self._body(), self.server.tok, self.server.defaults)
             with self.server.gate.slot(self.server.limits.queue_timeout,
                                        lambda: client_gone(self.connection)):
                 route(params)
@@ -243,7 +243,7 @@ class Handler(BaseHTTPRequestHandler):
     def _info(self) -> dict:
         s = self.server
         return {"vocab_size": s.tok.vocab_size, "forms": list(FORMS),
-                "block_size": s.model.config.block_size, "defaults": DEFAULTS,
+                "block_size": s.model.config.block_size, "defaults": s.defaults,
                 "limits": {"prompt": MAX_PROMPT, "acrostic": MAX_ACROSTIC,
                            "max_new_tokens": MAX_NEW_TOKENS, "body_bytes": MAX_BODY,
                            "slots": s.limits.slots, "queue": s.limits.queue},
@@ -295,11 +295,15 @@ class DemoServer(BoundedHTTPServer):
 
 
 def make_server(model, tok, host: str = "127.0.0.1", port: int = 8000, verbose: bool = False,
-                *, limits: Limits | None = None, allow_hosts=(), allow_origins=()) -> DemoServer:
-    """建好（但不启动）服务器；``port=0`` 让系统挑一个空闲端口（见 ``server.server_address``）。"""
+                *, limits: Limits | None = None, allow_hosts=(), allow_origins=(),
+                defaults: dict | None = None) -> DemoServer:
+    """建好（但不启动）服务器；``port=0`` 让系统挑一个空闲端口（见 ``server.server_address``）。
+
+    ``defaults``：请求里没给的解码参数取这里的值（命令行传入检查点的发布设置）。"""
     model.eval()
     server = DemoServer((host, port), Handler, limits or Limits())
     server.model, server.tok, server.verbose = model, tok, verbose
+    server.defaults = {**DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in DEFAULTS}}
     server.policy = HostPolicy(host, allow_hosts, allow_origins)
     return server
 
@@ -316,14 +320,15 @@ def cli_arguments(p) -> None:
 
 
 def cli_main(args) -> int:
-    from . import checkpoint
+    from . import checkpoint, release
 
     if not 0 <= args.port <= 65535:
         raise ValueError(f"--port 必须在 0–65535 之内，收到 {args.port}")
-    model, tok, _ = checkpoint.load(args.checkpoint)
+    model, tok, meta = checkpoint.load(args.checkpoint)
     try:
         server = make_server(model, tok, args.host, args.port, verbose=True,
-                             allow_hosts=args.allow_host, allow_origins=args.allow_origin)
+                             allow_hosts=args.allow_host, allow_origins=args.allow_origin,
+                             defaults=release.settings(meta))
     except OSError as e:
         raise ValueError(f"无法在 {args.host}:{args.port} 上启动服务器（{e.strerror or e}）") \
             from None

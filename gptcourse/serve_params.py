@@ -56,8 +56,10 @@ def _text(p: dict, key: str, cap: int, tok) -> None:
                        f"{key} contains characters outside the vocabulary")
 
 
-def parse_params(body: bytes, tok) -> dict:
-    """请求正文 → generate() 的关键字参数；任何问题都抛出 :class:`ApiError`（400）。"""
+def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
+    """请求正文 → generate() 的关键字参数；任何问题都抛出 :class:`ApiError`（400）。
+
+    没给的参数取 ``defaults``（服务器的默认解码设置，即检查点的发布设置），再退回 DEFAULTS。"""
     try:
         d = json.loads(body.decode("utf-8") or "{}")
     except UnicodeDecodeError:
@@ -75,7 +77,7 @@ def parse_params(body: bytes, tok) -> dict:
     if unknown:
         names = ", ".join(brief(k)[1:-1] for k in unknown[:10])
         raise ApiError(400, f"未知参数：{names}", f"unknown fields: {names}")
-    p = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None}}
+    p = {**DEFAULTS, **(defaults or {}), **{k: v for k, v in d.items() if v is not None}}
     _text(p, "prompt", MAX_PROMPT, tok)
     if p["acrostic"] is not None:
         _text(p, "acrostic", MAX_ACROSTIC, tok)

@@ -43,6 +43,16 @@ def demo():
     srv.server_close()
 
 
+def open_page(browser, url):
+    """打开页面，等它从 /api/info 取回默认解码设置、填好表单。"""
+    browser.call("POST", "/url", {"url": url})
+    for _ in range(100):
+        if browser.js("return document.body.dataset.ready") == "1":
+            return
+        time.sleep(0.1)
+    raise AssertionError("页面没有完成初始化（/api/info）")
+
+
 @pytest.fixture(scope="module")
 def browser():
     with chromium_session() as driver:
@@ -50,7 +60,7 @@ def browser():
 
 
 def test_page_writes_a_poem_token_by_token(demo, browser):
-    browser.call("POST", "/url", {"url": demo + "/"})
+    open_page(browser, demo + "/")
     assert browser.js("return document.title") == "唐诗 GPT · 网页演示"
     # 数一数诗的文字被更新了多少次：逐字出现时，每个字都是一次 DOM 变化
     browser.js("window.__updates = 0; new MutationObserver(r => { window.__updates += r.length; })"
@@ -98,7 +108,7 @@ def wait_done(browser, seconds: float = 90) -> None:
 
 
 def test_rhyme_toggle_highlights_the_rhyme_characters(demo, browser):
-    browser.call("POST", "/url", {"url": demo + "/"})
+    open_page(browser, demo + "/")
     browser.js("document.getElementById('form').value = arguments[0];", "五律")
     browser.js("document.getElementById('seed').value = '3';")
     browser.call("POST", f"/element/{browser.element('#rhyme')}/click", {})    # 勾上"押韵"

@@ -521,3 +521,23 @@ def test_limits_and_port_are_validated(tiny):
                               allow_origin=[])
     with pytest.raises(ValueError, match="--port"):
         serve.cli_main(args)
+
+
+def test_server_defaults_are_the_release_settings(tiny):
+    """serve 用检查点的发布设置作默认：/api/info 报告它们，请求里没给的参数取它们。"""
+    model, tok = tiny
+    release = {"temperature": 0.9, "top_p": None, "rhyme": True, "tones": False, "top_k": None,
+               "repetition_penalty": 1.0, "not_a_param": 1}
+    with running(model, tok, defaults=release) as srv:
+        d = json.loads(request(srv, "/api/info")[1])["defaults"]
+        assert d["temperature"] == 0.9 and d["top_p"] is None and d["rhyme"] is True
+        assert "not_a_param" not in d
+        status, data, _ = request(srv, "/api/generate", {"form": "五绝", "seed": 3})
+        text = json.loads(data)["text"]
+        want = generate(model, tok, "", form="五绝", seed=3, temperature=0.9, top_p=None,
+                        rhyme=True)
+        assert status == 200 and text == want and analyze(text).rhymes
+        status, data, _ = request(srv, "/api/generate", {"form": "五绝", "seed": 3,
+                                                         "rhyme": False, "temperature": 0.5})
+        assert json.loads(data)["text"] == generate(model, tok, "", form="五绝", seed=3,
+                                                    temperature=0.5, top_p=None)

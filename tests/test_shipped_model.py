@@ -8,7 +8,7 @@ def test_shipped_checkpoint_matches_course_preset_and_corpus():
     model, tok, meta = gc.checkpoint.load()
     assert model.config == gc.config.preset("course")
     corpus = gc.data.load_corpus("tang_jinti")
-    assert tok == gc.tokenizer.CharTokenizer.from_text(corpus.train)
+    assert tok == gc.tokenizer.CharTokenizer.from_text(gc.data.vocabulary_text(corpus))
     assert meta["windows"] == "poem" and meta["corpus"] == "tang_jinti"
     assert meta["command"].startswith("python -m gptcourse train ")
     assert not model.training
@@ -21,3 +21,15 @@ def test_shipped_model_beats_bigram_on_a_val_prefix():
     val = "".join(gc.data.poems(corpus.val)[:100][i] + "\n" for i in range(100))
     loss = gc.evaluate.split_loss(model, tok, val)
     assert 3.0 < loss < 5.0                      # 二元基线约 5.7，均匀分布 ln V ≈ 8.77
+
+
+def test_shipped_checkpoint_carries_its_release_settings_and_training_curve():
+    _, _, meta = gc.checkpoint.load()
+    release = meta["release"]
+    assert release["settings"] is not None and release["confirmed"]["passed"]
+    assert release["chosen"]["seeds"] != release["confirmed"]["seeds"]     # 换一组种子确认
+    s = gc.release.settings(meta)
+    assert set(gc.release.FALLBACK) <= set(s)
+    probes = meta["probe"]                                   # 训练曲线：每次评估都采样量了一次
+    assert len(probes) >= 4 and probes[-1]["tokens"] == meta["tokens"]
+    assert all(0 <= p["rhyme_rate"] <= 1 and 0 <= p["form_rate"] <= 1 for p in probes)

@@ -100,10 +100,28 @@ async function write(event) {
 
 $("controls").addEventListener("submit", write);
 
-// 地址栏参数可以预填表单：/?prompt=春&form=五绝&rhyme=1&seed=1&auto=1（auto=1 时打开页面就写）
-const q = new URLSearchParams(location.search);
-for (const key of ["prompt", "form", "acrostic", "temperature", "top_k", "top_p", "seed"]) {
-  if (q.has(key)) { $(key).value = q.get(key); if ($(key + "_v")) $(key + "_v").textContent = q.get(key); }
+// 表单的初始值 = 服务器的默认解码设置（检查点的发布设置）；地址栏参数可以再覆盖：
+// /?prompt=春&form=五绝&rhyme=1&seed=1&auto=1（auto=1 时打开页面就写）
+function setValue(key, value) {
+  $(key).value = value;
+  if ($(key + "_v")) $(key + "_v").textContent = value;
 }
-for (const key of ["rhyme", "tones"]) if (q.has(key)) $(key).checked = q.get(key) === "1";
-if (q.get("auto") === "1") write();
+
+async function init() {
+  try {
+    const d = (await (await fetch("/api/info")).json()).defaults;
+    setValue("temperature", d.temperature);
+    setValue("top_p", d.top_p === null ? 1 : d.top_p);
+    if (d.top_k !== null) setValue("top_k", d.top_k);
+    $("rhyme").checked = Boolean(d.rhyme);
+    $("tones").checked = Boolean(d.tones);
+  } catch (e) { /* 拿不到默认值就用页面自带的 */ }
+  const q = new URLSearchParams(location.search);
+  for (const key of ["prompt", "form", "acrostic", "temperature", "top_k", "top_p", "seed"]) {
+    if (q.has(key)) setValue(key, q.get(key));
+  }
+  for (const key of ["rhyme", "tones"]) if (q.has(key)) $(key).checked = q.get(key) === "1";
+  document.body.dataset.ready = "1";
+  if (q.get("auto") === "1") write();
+}
+init();
