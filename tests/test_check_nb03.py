@@ -1,7 +1,7 @@
 """笔记本 03 的练习检查器：参考答案通过，典型错误各自得到指向真正错误的中文提示。"""
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -10,7 +10,7 @@ import gptcourse as gc
 from gptcourse.check import nb03
 from gptcourse.check._common import RESULTS
 from gptcourse.data import get_batch
-from gptcourse.train import batch_generator, estimate_loss, lr_at, param_groups
+from gptcourse.train import estimate_loss, lr_at, param_groups
 from conftest import passes  # 练习检查器的共用断言：返回值与"正确 ✓"一致
 
 
@@ -217,49 +217,30 @@ def test_estimate_loss_mistakes(capsys):
     assert not ok and "manual_seed(seed)" in out and "'val'" in out
 
 
-def _loop(mistake=None, eval_steps=None):
-    """带一个典型错误的训练循环（正确版本就是答案）。"""
-    def fn(model, data, val, cfg):
-        T = model.config.block_size
-        if mistake == "all_decayed":
-            opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                    weight_decay=cfg.weight_decay)
-        else:
-            opt = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr,
-                                    betas=cfg.betas)
-        g = torch.Generator().manual_seed(cfg.seed)
-        losses, evals = [], []
-        for step in range(cfg.max_steps):
-            lr = cfg.lr if mistake == "constant_lr" else lr_at(step, cfg.lr, cfg.warmup_steps,
-                                                               cfg.max_steps, cfg.min_lr_ratio)
-            for group in opt.param_groups:
-                group["lr"] = lr
-            gen = g if mistake == "one_generator" else batch_generator(cfg.seed, step)
-            x, y = get_batch(data, cfg.batch_size, T, generator=gen)
-            _, loss = model(x, y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            if mistake != "no_clip":
-                torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-            opt.step()
-            losses.append(loss.item())
-            if (step + 1) % cfg.eval_interval == 0 or (mistake != "no_last_eval"
-                                                        and step + 1 == cfg.max_steps):
-                e = estimate_loss(model, {"train": data, "val": val}, cfg.batch_size, T,
-                                  cfg.eval_batches)
-                evals.append({"step": step if mistake == "step_from_0" else step + 1, **e})
-        return losses, evals
-    return fn
-
-
 def test_training_loop_mistakes(capsys):
-    assert passes(capsys, nb03.training_loop, _loop())[0]
-    expected = {"one_generator": "第 1 步的损失就不同", "constant_lr": "按日程设置",
-                "no_clip": "没有裁剪", "all_decayed": "没有分组",
-                "no_last_eval": "最后一步也要评估", "step_from_0": "步数从 1 数"}
-    for mistake, hint in expected.items():
-        ok, out = passes(capsys, nb03.training_loop, _loop(mistake))
+    sol = nb03.solution_training_loop
+    assert passes(capsys, nb03.training_loop, sol)[0]
+    ok, out = passes(capsys, nb03.training_loop,               # 批次不由 (seed, step) 决定
+                     lambda m, d, v, cfg: sol(m, d, v, replace(cfg, seed=cfg.seed + 1)))
+    assert not ok and "第 1 步的损失就不同" in out
+    hints = {"constant_lr": "按日程设置", "lr_off_by_one": "错开了一步", "no_clip": "没有裁剪",
+             "all_decayed": "没有分组", "default_betas": "betas"}
+    for mistake, hint in hints.items():
+        ok, out = passes(capsys, nb03.training_loop,
+                         lambda m, d, v, cfg, k=mistake: (nb03._mistake_loop(m, d, v, cfg, k), []))
         assert not ok and hint in out, (mistake, out)
+
+    def no_last_eval(m, d, v, cfg):
+        losses, evals = sol(m, d, v, cfg)
+        return losses, evals[:-1]
+
+    def steps_from_0(m, d, v, cfg):
+        losses, evals = sol(m, d, v, cfg)
+        return losses, [dict(e, step=e["step"] - 1) for e in evals]
+
+    for wrong, hint in ((no_last_eval, "最后一步也要评估"), (steps_from_0, "步数从 1 数")):
+        ok, out = passes(capsys, nb03.training_loop, wrong)
+        assert not ok and hint in out
     ok, out = passes(capsys, nb03.training_loop, lambda m, d, v, cfg: [1.0, 2.0])
     assert not ok and "(losses, evals)" in out
 
@@ -272,16 +253,9 @@ def test_early_stopping_mistakes(capsys):
     ok, out = passes(capsys, nb03.early_stopping, global_min)
     assert not ok and "停下之后" in out
 
-    def ties_count(evals, patience):                                    # 持平也算进步
-        best, waited, best_step = math.inf, 0, None
-        for e in evals:
-            if e["val"] <= best:
-                best, best_step, waited = e["val"], e["step"], 0
-            else:
-                waited += 1
-                if waited == patience:
-                    return best_step, e["step"]
-        return best_step, evals[-1]["step"]
+    def ties_count(evals, patience):                         # 持平也算进步：后来的略低一点
+        return nb03.solution_early_stopping([dict(e, val=e["val"] - 1e-9 * i)
+                                             for i, e in enumerate(evals)], patience)
 
     ok, out = passes(capsys, nb03.early_stopping, ties_count)
     assert not ok and "严格更低" in out
