@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 import gptcourse as gc
 from gptcourse.acceptance import (Check, SubstringIndex, acceptance_checks, acceptance_table,
-                                  copied_line_rate, distinct_n, is_valid_form, poem_form,
-                                  repetition_rate, split_lines, train_lines)
+                                  constraint_cost, copied_line_rate, distinct_n, is_valid_form,
+                                  poem_form, poem_nll, repetition_rate, split_lines, train_lines)
 from gptcourse.evaluate import (NGramCounts, baselines, loss_by_position, metrics_from_loss,
                                 split_loss, token_losses, uniform_baseline, window_plan)
 
@@ -252,6 +252,8 @@ def test_acceptance_checks_and_table():
     assert checks[0].name == "验证集损失 (nats/字)" and checks[0].passed
     assert by["格律合格率"].value == 0.75 and not by["格律合格率"].passed
     assert by["逐句照抄率"].value == pytest.approx(4 / 22)       # 22 句里只有五绝那 4 句
+    assert by["押韵率"].value == 0.75                           # 不合诗体的那首不算押韵
+    assert by["平仄合格率"].value == 1.0                      # 三首合格的诗每条可判断的规则都成立
     assert by["与训练集最长公共子串 (字, 平均)"].value == pytest.approx(
         sum(_brute_longest(p, train) for p in poems) / 4)
     table = acceptance_table(checks)
@@ -260,13 +262,32 @@ def test_acceptance_checks_and_table():
     assert table.splitlines()[-1].startswith("结论：不放行 FAIL")
     relaxed = acceptance_checks(poems, train, thresholds={
         "form_rate": 0.5, "copied_lines": 0.5, "longest_shared": 30, "distinct_1": 0,
-        "distinct_2": 0, "repetition": 1})
+        "distinct_2": 0, "repetition": 1, "rhyme_rate": 0.5, "tonal_share": 0.5})
     assert all(c.passed for c in relaxed)
-    assert acceptance_table(relaxed).endswith("结论：放行 PASS（6/6 项通过）")
+    assert acceptance_table(relaxed).endswith("结论：放行 PASS（8/8 项通过）")
     with pytest.raises(ValueError, match="未知的门槛"):
         acceptance_checks(poems, train, thresholds={"bleu": 1})
     with pytest.raises(ValueError, match="为空"):
         acceptance_checks([], train)
+
+
+def test_poem_nll_and_constraint_cost(tiny):
+    _, tok, _ = tiny
+    torch.manual_seed(0)
+    model = gc.model.GPT(gc.config.preset("mini", vocab_size=tok.vocab_size, block_size=64,
+                                          n_layer=1, n_head=2, n_embd=32)).eval()
+    ids = [tok.eos_id] + tok.encode(WUJUE)             # 手算：从结束符开始，逐字的 −log p
+    with torch.no_grad():
+        logp = model(torch.tensor([ids[:-1]]))[0][0].log_softmax(-1)             # [24, V]
+    want = -float(logp[torch.arange(len(WUJUE)), torch.tensor(ids[1:])].mean())
+    assert poem_nll(model, tok, [WUJUE, QIJUE])[0] == pytest.approx(want, abs=1e-5)
+    table = constraint_cost(model, tok, n=3, form="五绝", seed=0)
+    assert list(table) == ["自由", "诗体", "诗体+押韵", "诗体+押韵+平仄"]
+    assert all(table[k]["form_rate"] == 1.0 for k in list(table)[1:])
+    assert table["诗体+押韵"]["rhyme_rate"] == table["诗体+押韵+平仄"]["rhyme_rate"] == 1.0
+    assert table["诗体+押韵+平仄"]["tonal_share"] == 1.0
+    with pytest.raises(ValueError, match="空诗"):
+        poem_nll(model, tok, [""])
 
 
 def test_check_direction():
@@ -287,7 +308,8 @@ def test_cli_eval_on_a_tiny_checkpoint(tmp_path, capsys):
                       "--samples", "4", "--seed", "1"])
     out = capsys.readouterr().out
     assert rc == 1                                           # 没训练过的模型必须不放行
-    for needle in ("val loss", "二元 (bigram)", "验收", "格律合格率", "结论：不放行 FAIL"):
+    for needle in ("val loss", "二元 (bigram)", "验收", "格律合格率", "押韵率", "平仄合格率",
+                   "结论：不放行 FAIL"):
         assert needle in out
     model_row = next(line for line in out.splitlines() if line.startswith("模型"))
     val = float(model_row.split()[1])
