@@ -280,8 +280,12 @@ def test_predictions(capsys):
     assert passes(capsys, nb03.predict_bf16_gap, "A", 0.3, 0.25)[0]   # 答案随测量而定
     u = {"evals": [{"val": 6.5}, {"val": 6.0}, {"val": 6.6}]}
     assert passes(capsys, nb03.predict_overfit, "B", u)[0]
-    assert passes(capsys, nb03.predict_overfit, "A",
-                  {"evals": [{"val": 6.5}, {"val": 6.0}, {"val": 5.9}]})[0]
+    ok, out = passes(capsys, nb03.predict_overfit, "A", u)
+    assert not ok and "先降后升" in out
+    ok, out = passes(capsys, nb03.predict_overfit, "B",                 # 训练太短：答案不变，但说明
+                     {"evals": [{"val": 6.5}, {"val": 6.0}, {"val": 5.9}]})
+    assert ok and "太短" in out
     assert passes(capsys, nb03.predict_windows, "B", 5.9, 5.5)[0]
     assert not passes(capsys, nb03.predict_windows, "A", 5.9, 5.5)[0]
-    assert passes(capsys, nb03.predict_windows, "C", 5.51, 5.5)[0]
+    ok, out = passes(capsys, nb03.predict_windows, "b", 5.5, 5.51)
+    assert ok and "太短" in out

@@ -613,21 +613,26 @@ def predict_bf16_gap(guess, gap: float, spread: float) -> bool:
 
 
 OVERFIT_OPTIONS = {"A": "一直下降", "B": "先降后升", "C": "几乎不变"}
+_SHORT = "（这次的训练太短——快速模式？——实验还没显示出来；完整模式下会看到）"
+
+
+def _observed_overfit(vals: list[float]) -> str:
+    low = min(vals)
+    if vals[-1] - low > 0.1:
+        return "B"
+    return "A" if vals[0] - vals[-1] > 0.1 else "C"
 
 
 @exercise
 def predict_overfit(guess, history) -> bool:
-    """先猜：在几百首诗上一直训练下去（不加 dropout），验证损失会怎样？"""
+    """先猜：在几百首诗上一直训练下去（不加 dropout），验证损失会怎样？
+
+    答案是 B（先降后升）；检查器同时说出这一次实验实际看到的形状。"""
     vals = [e["val"] for e in (history.evals if hasattr(history, "evals") else history["evals"])]
-    low = min(vals)
-    if vals[-1] - low > 0.1:
-        right = "B"
-    elif vals[0] - vals[-1] > 0.1:
-        right = "A"
-    else:
-        right = "C"
-    return _judge(guess, OVERFIT_OPTIONS, right,
-                  f"验证损失从 {vals[0]:.2f} 降到最低 {low:.2f}，最后是 {vals[-1]:.2f}")
+    seen = _observed_overfit(vals)
+    return _judge(guess, OVERFIT_OPTIONS, "B",
+                  f"验证损失从 {vals[0]:.2f} 降到最低 {min(vals):.2f}，最后是 {vals[-1]:.2f}"
+                  + ("：模型开始背诵训练集了" if seen == "B" else _SHORT))
 
 
 WINDOW_OPTIONS = {"A": "学习式位置仍然更好", "B": "RoPE 反超", "C": "两者差不多（差距小于 0.02）"}
@@ -635,10 +640,13 @@ WINDOW_OPTIONS = {"A": "学习式位置仍然更好", "B": "RoPE 反超", "C": "
 
 @exercise
 def predict_windows(guess, learned: float, rope: float) -> bool:
-    """先猜：窗口不再从诗的开头切（随机窗口）时，学习式位置与 RoPE 谁的验证损失更低？"""
-    right = "C" if abs(learned - rope) < 0.02 else ("A" if learned < rope else "B")
-    return _judge(guess, WINDOW_OPTIONS, right,
-                  f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}（3 个种子的平均）")
+    """先猜：窗口不再从诗的开头切（随机窗口）时，学习式位置与 RoPE 谁的验证损失更低？
+
+    答案是 B（RoPE 反超：绝对位置不再是"第几个字"的免费答案）；检查器同时说出这次量到的数。"""
+    seen = "C" if abs(learned - rope) < 0.02 else ("A" if learned < rope else "B")
+    return _judge(guess, WINDOW_OPTIONS, "B",
+                  f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}"
+                  + ("" if seen == "B" else _SHORT))
 
 
 def report() -> int:
