@@ -1,25 +1,79 @@
-"""笔记本 03 的练习检查器：参考答案通过，典型错误各自得到对应的中文提示。"""
+"""笔记本 03 的练习检查器：参考答案通过，典型错误各自得到指向真正错误的中文提示。"""
 from __future__ import annotations
 
-import math
+from dataclasses import replace
 
 import torch
+import torch.nn.functional as F
 
 import gptcourse as gc
 from gptcourse.check import nb03
-from gptcourse.train import lr_at, param_groups
+from gptcourse.check._common import RESULTS
+from gptcourse.data import get_batch
+from gptcourse.train import estimate_loss, lr_at, param_groups
 
 
 def test_exported_and_solutions_pass(passes, capsys):
+    RESULTS.clear()                                                     # 只看这个测试里检查过的
+    assert len(nb03.EXERCISES) >= 8 and set(nb03.PREDICTIONS) < set(nb03.EXERCISES)
     for name in nb03.EXERCISES:
-        assert passes(getattr(gc.check, name), gc.check.SOLUTIONS[name])[0], name
+        assert getattr(nb03, name).is_exercise, name
+        if name not in nb03.PREDICTIONS:
+            assert passes(getattr(nb03, name), gc.check.SOLUTIONS[name])[0], name
     gc.check.show_solution("train_step")
     assert "zero_grad(set_to_none=True)" in capsys.readouterr().out
+    nb03.predict_windows("A", 5.9, 5.5)                                 # 猜错的一题
+    assert nb03.report() == len(nb03.EXERCISES) - len(nb03.PREDICTIONS)
+    out = capsys.readouterr().out
+    assert "✗ predict_windows" in out and f"通过 {len(nb03.EXERCISES) - 4}/" in out
 
 
 def test_package_functions_pass_too(passes, capsys):
     assert passes(nb03.lr_schedule, lr_at)[0]                 # 包里的实现与答案一致
     assert passes(nb03.param_groups, param_groups)[0]
+    assert passes(nb03.estimate_loss, estimate_loss)[0]
+    assert passes(nb03.training_loop,                          # 包里的 train 本身
+                  lambda m, d, v, cfg: gc.train.train(m, d, v, cfg))[0]
+
+
+def test_stub_is_not_done(passes, capsys):
+    def stub(*a):
+        raise NotImplementedError("请完成练习")
+
+    ok, out = passes(nb03.training_loop, stub)
+    assert not ok and "还没完成" in out
+    ok, out = passes(nb03.predict_bf16_gap, None, 0.001, 0.2)
+    assert not ok and "还没完成" in out
+
+
+def test_cross_entropy_forbidden_library_call(passes, capsys):
+    ok, out = passes(nb03.cross_entropy, F.cross_entropy)         # 直接交 F.cross_entropy
+    assert not ok and "不许调用 F.cross_entropy" in out
+
+    def wraps_it(logits, targets):
+        return F.cross_entropy(logits, targets)
+
+    ok, out = passes(nb03.cross_entropy, wraps_it)
+    assert not ok and "不许调用" in out
+
+    def via_module(logits, targets):
+        return torch.nn.CrossEntropyLoss()(logits, targets)
+
+    ok, out = passes(nb03.cross_entropy, via_module)
+    assert not ok and "不许调用" in out
+
+    def hidden(logits, targets):                                        # 源码里看不出来，运行时抓住
+        fn = getattr(torch.nn.functional, "cross" + "_entropy")
+        return fn(logits, targets)
+
+    ok, out = passes(nb03.cross_entropy, hidden)
+    assert not ok and "不许调用" in out
+
+    def commented(logits, targets):
+        # 不许调用 F.cross_entropy：注释里提到它不算
+        return -logits.log_softmax(-1)[torch.arange(len(targets)), targets].mean()
+
+    assert passes(nb03.cross_entropy, commented)[0]
 
 
 def test_cross_entropy_mistakes(passes, capsys):
@@ -35,16 +89,20 @@ def test_cross_entropy_mistakes(passes, capsys):
     ok, out = passes(nb03.cross_entropy,                        # 忘了取平均
                      lambda l, t: -l.log_softmax(-1)[torch.arange(len(t)), t])
     assert not ok and "标量" in out
+    ok, out = passes(nb03.cross_entropy,                        # 忘了负号
+                     lambda l, t: l.log_softmax(-1)[torch.arange(len(t)), t].mean())
+    assert not ok and "符号反了" in out
 
 
 def test_perplexity_and_lr_mistakes(passes, capsys):
     ok, out = passes(nb03.perplexity, lambda loss: 2 ** loss)
-    assert not ok and "e^损失" in out
+    assert not ok and "2 为底" in out
+
     def warmup_from_zero(s, lr, w, total, r=0.1):                       # 预热从 0 开始：第 0 步不学
         return lr * s / w if s < w else lr_at(s, lr, w, total, r)
 
     ok, out = passes(nb03.lr_schedule, warmup_from_zero)
-    assert not ok and "预热阶段" in out
+    assert not ok and "预热阶段" in out and "(step+1)/(warmup+1)" in out
     ok, out = passes(nb03.lr_schedule,
                      lambda s, lr, w, total, r=0.1: lr_at(s, lr, w, total, 0.0))
     assert not ok and "min_lr_ratio=0.1" in out
@@ -67,27 +125,27 @@ def test_param_groups_mistakes(passes, capsys):
     assert not ok and "不止一次" in out
 
 
+def _step(order):
+    def fn(model, opt, x, y, clip):
+        _, loss = model(x, y)
+        for op in order:
+            {"zero": lambda: opt.zero_grad(set_to_none=True), "back": loss.backward,
+             "clip": lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), clip),
+             "step": opt.step}[op]()
+        return loss.item()
+    return fn
+
+
 def test_train_step_mistakes(passes, capsys):
-    def no_zero_grad(model, opt, x, y, clip):
-        _, loss = model(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
-        return loss.item()
-
-    ok, out = passes(nb03.train_step, no_zero_grad)
+    ok, out = passes(nb03.train_step, _step(["back", "clip", "step"]))
     assert not ok and "zero_grad" in out and "第 2 步" in out
-
-    def clip_after_step(model, opt, x, y, clip):
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        return loss.item()
-
-    ok, out = passes(nb03.train_step, clip_after_step)
-    assert not ok and "裁剪要在 step 之前" in out
+    ok, out = passes(nb03.train_step, _step(["zero", "back", "step", "clip"]))
+    assert not ok and "没有被裁剪" in out
+    ok, out = passes(nb03.train_step, _step(["zero", "back", "step"]))
+    assert not ok and "没有被裁剪" in out
+    ok, out = passes(nb03.train_step, _step(["back", "zero", "clip", "step"]))
+    assert not ok and "zero_grad 放在了 backward 之后" in out
+    assert passes(nb03.train_step, _step(["zero", "back", "clip", "step"]))[0]
 
 
 def test_accumulate_mistakes(passes, capsys):
@@ -99,4 +157,134 @@ def test_accumulate_mistakes(passes, capsys):
     assert not ok and "除以 2" in out
     ok, out = passes(nb03.accumulate_grads, lambda m, micro: None)
     assert not ok and "没有梯度" in out
-    assert math.isclose(nb03.solution_perplexity(math.log(123)), 123)
+
+    def zeroing_each_time(model, micro):
+        for x, y in micro:
+            model.zero_grad()
+            (model(x, y)[1] / len(micro)).backward()
+
+    ok, out = passes(nb03.accumulate_grads, zeroing_each_time)
+    assert not ok and "最后一个微批次" in out
+
+
+def test_estimate_loss_mistakes(passes, capsys):
+    def no_eval(model, splits, B, T, n, seed=1234):
+        with torch.no_grad():
+            out = {}
+            for k, d in splits.items():
+                g = torch.Generator().manual_seed(seed)
+                out[k] = sum(model(*get_batch(d, B, T, generator=g))[1].item()
+                             for _ in range(n)) / n
+            return out
+
+    ok, out = passes(nb03.estimate_loss, no_eval)
+    assert not ok and "model.eval()" in out
+
+    def no_grad_missing(model, splits, B, T, n, seed=1234):
+        was = model.training
+        model.eval()
+        out = {}
+        for k, d in splits.items():
+            g = torch.Generator().manual_seed(seed)
+            out[k] = sum(model(*get_batch(d, B, T, generator=g))[1].item() for _ in range(n)) / n
+        model.train(was)
+        return out
+
+    ok, out = passes(nb03.estimate_loss, no_grad_missing)
+    assert not ok and "no_grad" in out
+
+    @torch.no_grad()
+    def always_train_after(model, splits, B, T, n, seed=1234):
+        out = estimate_loss(model, splits, B, T, n, seed)
+        model.train()
+        return out
+
+    ok, out = passes(nb03.estimate_loss, always_train_after)
+    assert not ok and "原来的" in out
+
+    @torch.no_grad()
+    def one_generator(model, splits, B, T, n, seed=1234):
+        was = model.training
+        model.eval()
+        g = torch.Generator().manual_seed(seed)                        # 两个划分共用一个生成器
+        out = {k: sum(model(*get_batch(d, B, T, generator=g))[1].item() for _ in range(n)) / n
+               for k, d in splits.items()}
+        model.train(was)
+        return out
+
+    ok, out = passes(nb03.estimate_loss, one_generator)
+    assert not ok and "manual_seed(seed)" in out and "'val'" in out
+
+
+def test_training_loop_mistakes(passes, capsys):
+    sol = nb03.solution_training_loop
+    assert passes(nb03.training_loop, sol)[0]
+    ok, out = passes(nb03.training_loop,               # 批次不由 (seed, step) 决定
+                     lambda m, d, v, cfg: sol(m, d, v, replace(cfg, seed=cfg.seed + 1)))
+    assert not ok and "第 1 步的损失就不同" in out
+    hints = {"constant_lr": "按日程设置", "lr_off_by_one": "错开了一步", "no_clip": "没有裁剪",
+             "all_decayed": "没有分组", "default_betas": "betas"}
+    for mistake, hint in hints.items():
+        ok, out = passes(nb03.training_loop,
+                         lambda m, d, v, cfg, k=mistake: (nb03._mistake_loop(m, d, v, cfg, k), []))
+        assert not ok and hint in out, (mistake, out)
+
+    def no_last_eval(m, d, v, cfg):
+        losses, evals = sol(m, d, v, cfg)
+        return losses, evals[:-1]
+
+    def steps_from_0(m, d, v, cfg):
+        losses, evals = sol(m, d, v, cfg)
+        return losses, [dict(e, step=e["step"] - 1) for e in evals]
+
+    for wrong, hint in ((no_last_eval, "最后一步也要评估"), (steps_from_0, "步数从 1 数")):
+        ok, out = passes(nb03.training_loop, wrong)
+        assert not ok and hint in out
+    ok, out = passes(nb03.training_loop, lambda m, d, v, cfg: [1.0, 2.0])
+    assert not ok and "(losses, evals)" in out
+
+
+def test_early_stopping_mistakes(passes, capsys):
+    def global_min(evals, patience):                                    # 看了停下之后的评估
+        best = min(evals, key=lambda e: e["val"])["step"]
+        return best, nb03.solution_early_stopping(evals, patience)[1]
+
+    ok, out = passes(nb03.early_stopping, global_min)
+    assert not ok and "停下之后" in out
+
+    def ties_count(evals, patience):                         # 持平也算进步：后来的略低一点
+        return nb03.solution_early_stopping([dict(e, val=e["val"] - 1e-9 * i)
+                                             for i, e in enumerate(evals)], patience)
+
+    ok, out = passes(nb03.early_stopping, ties_count)
+    assert not ok and "严格更低" in out
+
+    def indices(evals, patience):
+        b, s = nb03.solution_early_stopping(evals, patience)
+        steps = [e["step"] for e in evals]
+        return steps.index(b), steps.index(s)
+
+    ok, out = passes(nb03.early_stopping, indices)
+    assert not ok and "下标" in out
+
+
+def test_predictions(passes, capsys):
+    assert passes(nb03.predict_init_loss, "c", 8.80, 6436)[0]
+    ok, out = passes(nb03.predict_init_loss, "D", 8.80, 6436)
+    assert not ok and "ln 6436" in out
+    ok, out = passes(nb03.predict_init_loss, "E", 8.80, 6436)
+    assert not ok and "A、B、C、D" in out
+    assert passes(nb03.predict_bf16_gap, "C", 0.0004, 0.25)[0]
+    assert not passes(nb03.predict_bf16_gap, "A", 0.0004, 0.25)[0]
+    assert passes(nb03.predict_bf16_gap, "A", 0.3, 0.25)[0]   # 答案随测量而定
+    u = {"evals": [{"val": 6.5}, {"val": 6.0}, {"val": 6.6}]}
+    assert passes(nb03.predict_overfit, "B", u)[0]
+    ok, out = passes(nb03.predict_overfit, "A", u)
+    assert not ok and "先降后升" in out
+    ok, out = passes(nb03.predict_overfit, "B",                 # 训练太短：答案不变，但说明
+                     {"evals": [{"val": 6.5}, {"val": 6.0}, {"val": 5.9}]})
+    assert ok and "太短" in out
+    assert passes(nb03.predict_windows, "B", 5.9, 5.5)[0]
+    assert not passes(nb03.predict_windows, "A", 5.9, 5.5)[0]
+    ok, out = passes(nb03.predict_windows, "b", 5.5, 5.51)
+    assert ok and "太短" in out

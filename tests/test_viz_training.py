@@ -34,6 +34,35 @@ def test_ablation_and_gap_plots():
     ax = gc.viz.training.plot_ablation({"甲": HIST, "乙": HIST.to_dict()}).axes[0]
     assert len(ax.lines) == 2 and "最后 4.400" in ax.get_legend().get_texts()[0].get_text()
     ax = gc.viz.training.plot_train_val_gap({"dropout 0": HIST}).axes[0]
-    assert len(ax.lines) == 2
+    assert len(ax.lines) == 3                                           # 训练、验证、验证最低的星号
     with pytest.raises(ValueError, match="没有 'val' 评估"):
         gc.viz.training.plot_ablation({"空": History(steps=HIST.steps, evals=[])})
+
+
+def test_gap_plot_marks_best_and_stop():
+    ax = gc.viz.training.plot_train_val_gap({"dropout 0": HIST}, stops={"dropout 0": 10}).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[-1] == "dropout 0：验证最低（第 10 步，4.40）"     # val = 5.2 − 0.08·s
+    assert [ln.get_xdata()[0] for ln in ax.lines if ln.get_linestyle() == ":"] == [10]
+
+
+def test_ablation_bars_mean_and_error():
+    r = {"基线": {"按诗": [5.0, 5.2, 5.4], "随机": [6.0]}, "RoPE": {"按诗": [5.1, 5.1, 5.1]}}
+    ax = gc.viz.training.plot_ablation_bars(r).axes[0]
+    heights = sorted(round(p.get_height(), 3) for p in ax.patches)
+    assert heights == [5.1, 5.2, 6.0]                                   # 没有的组合不画柱
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["基线", "RoPE"]
+    with pytest.raises(ValueError, match="不能为空"):
+        gc.viz.training.plot_ablation_bars({})
+
+
+def test_scaling_envelope():
+    runs = {"小": {"flops": [1, 10, 100], "val": [6.0, 5.5, 5.4]},
+            "大": {"flops": [10, 100, 1000], "val": [6.2, 5.2, 4.8]}}
+    ax = gc.viz.training.plot_scaling(runs).axes[0]
+    env = ax.lines[-1]
+    assert list(env.get_xdata()) == [1, 10, 100, 1000]       # 下包络：小模型先好，大模型后来居上
+    assert list(env.get_ydata()) == [6.0, 5.5, 5.2, 4.8]
+    assert ax.get_xscale() == "log"
+    with pytest.raises(ValueError, match="一样长"):
+        gc.viz.training.plot_scaling({"坏": {"flops": [1, 2], "val": [3.0]}})

@@ -1,26 +1,40 @@
 """笔记本 03（训练循环）的练习检查器。
 
-用法与前两章相同：``gc.check.lr_schedule(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的中文，
-并返回 True / False。参考答案是本文件里的 ``solution_*`` 函数，登记在共用的 ``SOLUTIONS``
-表里，``gc.check.show_solution("train_step")`` 打印它的源代码。
+用法：``gc.check.nb03.lr_schedule(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的中文，
+返回 True / False。参考答案是本文件里的 ``solution_*`` 函数，登记在共用的 ``SOLUTIONS`` 表里，
+``gc.check.show_solution("train_step")`` 打印它的源代码。"先猜一猜"的题（``predict_*``）
+在实验之后检查：把你的猜测和实验量出来的数一起交给检查器。
 """
 from __future__ import annotations
 
 import copy
+import inspect
+import io
 import math
+import re
+import textwrap
+import tokenize
+from unittest import mock
 
 import torch
 import torch.nn.functional as F
 
 from ..config import preset
+from ..data import get_batch
 from ..model import GPT
-from .nb01 import SOLUTIONS, _call, _fail, _ok  # 各笔记本共用的参考答案登记表
+from ..train import TrainConfig, batch_generator, train
+from ._common import SOLUTIONS, _call, _fail, _ok, exercise, results
 
-__all__ = ["cross_entropy", "perplexity", "lr_schedule", "param_groups", "train_step",
-           "accumulate_grads"]
+EXERCISES = ("cross_entropy", "perplexity", "param_groups", "lr_schedule", "train_step",
+             "accumulate_grads", "estimate_loss", "training_loop", "early_stopping",
+             "predict_init_loss", "predict_bf16_gap", "predict_overfit", "predict_windows")
+PREDICTIONS = tuple(n for n in EXERCISES if n.startswith("predict_"))
+__all__ = list(EXERCISES)
 
-EXERCISES = ("cross_entropy", "perplexity", "lr_schedule", "param_groups", "train_step",
-             "accumulate_grads")
+_ORIGINAL_CE = F.cross_entropy
+_FORBIDDEN = re.compile(r"\b(?:F|functional|nn)\s*\.\s*"
+                        r"(?:cross_entropy|nll_loss|CrossEntropyLoss|NLLLoss)\b"
+                        r"|\b(?:CrossEntropyLoss|NLLLoss|nll_loss)\s*\(")
 
 
 def _tiny_model(seed: int = 0, **kw) -> GPT:
@@ -33,6 +47,13 @@ def _tiny_model(seed: int = 0, **kw) -> GPT:
 def _batch(seed: int, B: int = 4, T: int = 8, V: int = 30):
     g = torch.Generator().manual_seed(seed)
     return torch.randint(V, (B, T), generator=g), torch.randint(V, (B, T), generator=g)
+
+
+def _ids(seed: int, n: int = 300, V: int = 30) -> torch.Tensor:
+    """一条有规律的 id 序列（多数位置是 +1 递增，偶尔跳一下），让小模型学得动。"""
+    g = torch.Generator().manual_seed(seed)
+    jumps = torch.randint(V, (n,), generator=g) * (torch.rand(n, generator=g) < 0.2)
+    return (torch.arange(n) + jumps.cumsum(0)) % V
 
 
 # ---------------------------------------------------------------- 参考答案
@@ -48,6 +69,13 @@ def solution_perplexity(loss: float) -> float:
     return math.exp(loss)
 
 
+def solution_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    """维度 ≥ 2 的张量做权重衰减，其余（偏置、归一化的 γ/β）不做。"""
+    params = [p for p in model.parameters() if p.requires_grad]       # 共享的张量只出现一次
+    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+
+
 def solution_lr_schedule(step: int, max_lr: float, warmup: int, total: int,
                          min_lr_ratio: float = 0.1) -> float:
     """线性预热 (step+1)/(warmup+1)·max_lr，之后余弦衰减到 max_lr·min_lr_ratio，再保持不变。"""
@@ -58,13 +86,6 @@ def solution_lr_schedule(step: int, max_lr: float, warmup: int, total: int,
         return min_lr
     ratio = (step - warmup) / (total - warmup)                         # 0 → 1
     return min_lr + 0.5 * (1 + math.cos(math.pi * ratio)) * (max_lr - min_lr)
-
-
-def solution_param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """维度 ≥ 2 的张量做权重衰减，其余（偏置、归一化的 γ/β）不做。"""
-    params = [p for p in model.parameters() if p.requires_grad]
-    return [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-            {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
 
 
 def solution_train_step(model, optimizer, x, y, grad_clip: float = 1.0) -> float:
@@ -85,22 +106,105 @@ def solution_accumulate_grads(model, micro_batches) -> None:
         (loss / n).backward()
 
 
-SOLUTIONS.update({name: globals()[f"solution_{name}"] for name in EXERCISES})
+@torch.no_grad()
+def solution_estimate_loss(model, splits, batch_size, block_size, n_batches, seed=1234) -> dict:
+    """eval 模式、不求梯度；每个划分用同一个种子取 n_batches 个批次求平均；最后恢复原来的模式。"""
+    was_training = model.training
+    model.eval()
+    out = {}
+    for name, data in splits.items():
+        g = torch.Generator().manual_seed(seed)                        # 每个划分都从同一个种子开始
+        losses = [model(*get_batch(data, batch_size, block_size, generator=g))[1].item()
+                  for _ in range(n_batches)]
+        out[name] = sum(losses) / n_batches
+    model.train(was_training)
+    return out
 
 
-# ---------------------------------------------------------------- 检查器
+def solution_training_loop(model, train_data, val_data, cfg):
+    """和 gc.train.train 一样的循环（不含进度条、计时、梯度累积）：返回 (每步损失, 评估记录)。"""
+    T = model.config.block_size
+    opt = torch.optim.AdamW(solution_param_groups(model, cfg.weight_decay), lr=cfg.lr,
+                            betas=cfg.betas)
+    losses, evals = [], []
+    model.train()
+    for step in range(cfg.max_steps):
+        lr = solution_lr_schedule(step, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        gen = batch_generator(cfg.seed, step)                          # 第 step 步的批次
+        x, y = get_batch(train_data, cfg.batch_size, T, generator=gen)
+        _, loss = model(x, y)                                          # 前向 + 损失
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(loss.item())
+        if (step + 1) % cfg.eval_interval == 0 or step + 1 == cfg.max_steps:
+            est = solution_estimate_loss(model, {"train": train_data, "val": val_data},
+                                         cfg.batch_size, T, cfg.eval_batches)
+            evals.append({"step": step + 1, **est})
+    return losses, evals
+
+
+def solution_early_stopping(evals: list[dict], patience: int) -> tuple[int, int]:
+    """(最好的一步, 停下的一步)：验证损失连续 patience 次评估没有创新低（严格更低）就停。"""
+    best_val, best_step, waited = float("inf"), None, 0
+    for e in evals:
+        if e["val"] < best_val:
+            best_val, best_step, waited = e["val"], e["step"], 0
+        else:
+            waited += 1
+            if waited == patience:
+                return best_step, e["step"]
+    return best_step, evals[-1]["step"]
+
+
+SOLUTIONS.update({name: globals()[f"solution_{name}"] for name in EXERCISES
+                  if name not in PREDICTIONS})
+
+
+# ---------------------------------------------------------------- 检查器：写函数
+def _uses_forbidden(fn) -> bool:
+    """fn 是不是 F.cross_entropy 本身，或者源代码里调用了它（或 nll_loss / CrossEntropyLoss）。"""
+    if fn is _ORIGINAL_CE or getattr(fn, "__module__", "") in ("torch.nn.functional",
+                                                               "torch._C._nn"):
+        return True
+    try:
+        src = textwrap.dedent(inspect.getsource(fn))
+        tokens = [t.string for t in tokenize.generate_tokens(io.StringIO(src).readline)
+                  if t.type not in (tokenize.COMMENT, tokenize.STRING)]   # 注释和字符串不算
+    except (OSError, TypeError, tokenize.TokenError, SyntaxError):
+        return False
+    return bool(_FORBIDDEN.search(" ".join(tokens)))
+
+
+@exercise
 def cross_entropy(fn) -> bool:
     """练习：``fn(logits [N, V], targets [N]) -> 标量张量``，不许调用 F.cross_entropy。"""
+    ban = ("这道题要自己写：不许调用 F.cross_entropy、nll_loss 或 nn.CrossEntropyLoss——"
+           "用 log-sum-exp 自己算")
+    if _uses_forbidden(fn):
+        return _fail(ban)
     g = torch.Generator().manual_seed(0)
     cases = [(torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([0])),
              (torch.tensor([[2.0, 1.0, 0.0]]), torch.tensor([2])),
              (torch.randn(6, 11, generator=g), torch.randint(11, (6,), generator=g)),
              (torch.tensor([[1000.0, 999.0, 0.0], [-1000.0, 0.0, 5.0]]), torch.tensor([1, 0]))]
+    called = []
+
+    def spy(*a, **k):                                                  # 调用时照常计算，但记下来
+        called.append(True)
+        return _ORIGINAL_CE(*a, **k)
+
     for logits, targets in cases:
-        got, err = _call(fn, logits.clone(), targets.clone())
+        with mock.patch.object(F, "cross_entropy", spy), mock.patch.object(F, "nll_loss", spy):
+            got, err = _call(fn, logits.clone(), targets.clone())
+        if called:
+            return _fail(ban)
         if err:
             return _fail(err)
-        want = F.cross_entropy(logits, targets)
+        want = _ORIGINAL_CE(logits, targets)
         got = torch.as_tensor(got, dtype=torch.float32)
         if got.numel() != 1:
             return _fail(f"应返回一个标量（所有位置的平均），收到形状 {tuple(got.shape)}")
@@ -108,14 +212,20 @@ def cross_entropy(fn) -> bool:
             return _fail(f"logits 很大（{logits.max().item():g}）时得到 {got.item()}："
                          "先减去每行的最大值再求 exp")
         if not torch.allclose(got, want, rtol=1e-4, atol=1e-5):
-            p_target = logits.softmax(-1)[torch.arange(len(targets)), targets]
+            rows = torch.arange(len(targets))
+            p_target = logits.softmax(-1)[rows, targets]
             if torch.allclose(got.abs(), p_target.mean(), rtol=1e-4):
                 return _fail("看起来你返回的是目标概率的平均，别忘了取对数再加负号")
+            if torch.allclose(got, -want, rtol=1e-4, atol=1e-5):
+                return _fail("符号反了：损失是 −ln p（正数），不是 ln p")
+            if torch.allclose(got, logits.softmax(-1)[rows, targets].log().neg().sum(), rtol=1e-4):
+                return _fail("你返回的是总和，应当是平均（除以位置数 N）")
             return _fail(f"logits={logits.tolist()}，targets={targets.tolist()}：\n"
-                         f"  你的结果 {got.item():.6f}，F.cross_entropy 是 {want.item():.6f}")
+                         f"  你的结果 {got.item():.6f}，正确结果是 {want.item():.6f}")
     return _ok()
 
 
+@exercise
 def perplexity(fn) -> bool:
     """练习：``fn(平均损失) -> 困惑度``。"""
     for loss in (0.0, 1.0, math.log(123), 2.408, 5.2):
@@ -123,36 +233,21 @@ def perplexity(fn) -> bool:
         if err:
             return _fail(err)
         try:
-            same = math.isclose(float(got), math.exp(loss), rel_tol=1e-6)
+            got = float(got)
         except (TypeError, ValueError):
-            same = False
-        if not same:
+            return _fail(f"应返回一个数，收到 {got!r}")
+        if not math.isclose(got, math.exp(loss), rel_tol=1e-6):
+            hint = ""
+            if loss and math.isclose(got, 2 ** loss, rel_tol=1e-6):
+                hint = "——你用了 2 为底；损失的单位是 nats（自然对数），要用 e 为底"
+            elif math.isclose(got, math.log(loss) if loss > 0 else -1, rel_tol=1e-6):
+                hint = "——困惑度是 e 的损失次方，不是损失的对数"
             return _fail(f"损失 {loss:.4f} 时你的结果是 {got!r}，"
-                         f"应是 e^损失 = {math.exp(loss):.4f}")
+                         f"应是 e^损失 = {math.exp(loss):.4f}{hint}")
     return _ok()
 
 
-def lr_schedule(fn) -> bool:
-    """练习：``fn(step, max_lr, warmup, total, min_lr_ratio) -> 学习率``。"""
-    for max_lr, warmup, total, ratio in ((1e-3, 10, 100, 0.1), (3e-4, 0, 50, 0.0),
-                                         (1.0, 5, 6, 0.5)):
-        for step in range(total + 5):
-            got, err = _call(fn, step, max_lr, warmup, total, ratio)
-            if err:
-                return _fail(err)
-            want = solution_lr_schedule(step, max_lr, warmup, total, ratio)
-            try:
-                same = math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-12)
-            except (TypeError, ValueError):
-                same = False
-            if not same:
-                where = "预热阶段" if step < warmup else ("地板" if step >= total else "余弦阶段")
-                return _fail(f"step={step}（{where}），max_lr={max_lr}, warmup={warmup}, "
-                             f"total={total}, min_lr_ratio={ratio}：你的结果 {got!r}，"
-                             f"期望 {want:.6g}")
-    return _ok()
-
-
+@exercise
 def param_groups(fn) -> bool:
     """练习：``fn(model, weight_decay) -> [衰减组, 不衰减组]``。
 
@@ -172,18 +267,49 @@ def param_groups(fn) -> bool:
                          "{'params': [...], 'weight_decay': 0.0}]")
         if wd != (0.1, 0.0):
             return _fail(f"两组的 weight_decay 应是 (0.1, 0.0)，收到 {wd}")
-        want = solution_param_groups(model, 0.1)
-        want_sets = [{id(p) for p in g["params"]} for g in want]
+        want_sets = [{id(p) for p in g["params"]} for g in solution_param_groups(model, 0.1)]
         if sum(len(g["params"]) for g in (decay, no_decay)) != len(got_sets[0] | got_sets[1]):
             return _fail("有参数出现了不止一次（共享的词嵌入/输出头只能放一次）")
         for got_s, want_s, what in zip(got_sets, want_sets, ("衰减组", "不衰减组")):
             if got_s != want_s:
                 extra = sorted(names.get(i, "?") for i in got_s - want_s)[:3]
                 miss = sorted(names[i] for i in want_s - got_s)[:3]
-                return _fail(f"{what}不对：多了 {extra}，少了 {miss}")
+                return _fail(f"{what}不对：多了 {extra}，少了 {miss}（按 p.dim() ≥ 2 分组）")
     return _ok()
 
 
+@exercise
+def lr_schedule(fn) -> bool:
+    """练习：``fn(step, max_lr, warmup, total, min_lr_ratio) -> 学习率``。"""
+    for max_lr, warmup, total, ratio in ((1e-3, 10, 100, 0.1), (3e-4, 0, 50, 0.0),
+                                         (1.0, 5, 6, 0.5)):
+        for step in range(total + 5):
+            got, err = _call(fn, step, max_lr, warmup, total, ratio)
+            if err:
+                return _fail(err)
+            want = solution_lr_schedule(step, max_lr, warmup, total, ratio)
+            try:
+                same = math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-12)
+            except (TypeError, ValueError):
+                same = False
+            if not same:
+                where = "预热阶段" if step < warmup else ("地板" if step >= total else "余弦阶段")
+                hint = {"预热阶段": "预热是 max_lr·(step+1)/(warmup+1)：第 0 步就要有一点学习率",
+                        "地板": "step ≥ total 之后停在 max_lr·min_lr_ratio",
+                        "余弦阶段": "进度 r = (step−warmup)/(total−warmup)，"
+                                    "lr = min_lr + ½(1+cos πr)(max_lr−min_lr)"}[where]
+                return _fail(f"step={step}（{where}），max_lr={max_lr}, warmup={warmup}, "
+                             f"total={total}, min_lr_ratio={ratio}：你的结果 {got!r}，"
+                             f"期望 {want:.6g}。{hint}")
+    return _ok()
+
+
+def _params_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
+    return all(torch.allclose(p, q, rtol=1e-5, atol=1e-7)
+               for p, q in zip(a.parameters(), b.parameters()))
+
+
+@exercise
 def train_step(fn) -> bool:
     """练习：``fn(model, optimizer, x, y, grad_clip) -> 损失``，按正确顺序做完一步。"""
     ref, mine = _tiny_model(), _tiny_model()
@@ -191,6 +317,7 @@ def train_step(fn) -> bool:
     opt_mine = torch.optim.AdamW(mine.parameters(), lr=1e-2)
     for i in range(3):                                                 # 连走三步：忘了清梯度会暴露
         x, y = _batch(i)
+        before = copy.deepcopy(mine)
         want = solution_train_step(ref, opt_ref, x, y, 0.05)           # 很小的阈值：一定会裁剪
         got, err = _call(fn, mine, opt_mine, x, y, 0.05)
         if err:
@@ -201,21 +328,36 @@ def train_step(fn) -> bool:
             same_loss = False
         if not same_loss:
             return _fail(f"第 {i + 1} 步返回的损失是 {got!r}，应是 {want:.6f}（返回 loss.item()）")
-        for (n, p), q in zip(mine.named_parameters(), ref.parameters()):
-            if not torch.allclose(p, q, rtol=1e-5, atol=1e-7):
-                hint = ("是不是忘了 zero_grad（梯度在步与步之间累加了）？" if i else
-                        "检查顺序：裁剪要在 step 之前，且用传入的 grad_clip")
-                return _fail(f"第 {i + 1} 步之后参数 {n} 与参考答案不同。{hint}")
+        if _params_equal(mine, ref):
+            continue
+        grads = [p.grad for p in mine.parameters()]
+        if _params_equal(mine, before) or all(g is None or not g.any() for g in grads):
+            return _fail(f"第 {i + 1} 步之后参数根本没动：是不是把 zero_grad 放在了 backward 之后"
+                         "（刚算出的梯度被清掉了），或者忘了 optimizer.step()？")
+        if i == 0:                                                     # 第一步就不同：裁剪的问题
+            unclipped = _tiny_model()
+            o = torch.optim.AdamW(unclipped.parameters(), lr=1e-2)
+            _, loss = unclipped(x, y)
+            loss.backward()
+            o.step()
+            if _params_equal(mine, unclipped):
+                return _fail("第 1 步的更新没有被裁剪：backward 之后、step 之前调用 "
+                             "torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)")
+            return _fail("第 1 步之后参数与参考答案不同：裁剪要在 backward 之后、step 之前，"
+                         "而且用传入的 grad_clip")
+        return _fail(f"第 {i + 1} 步之后参数与参考答案不同（第 1 步还是对的）：是不是忘了 "
+                     "optimizer.zero_grad(set_to_none=True)？梯度在步与步之间累加了")
     return _ok()
 
 
+@exercise
 def accumulate_grads(fn) -> bool:
     """练习：``fn(model, micro_batches)`` 只做前向与反向（不 step），梯度应等于大批次的梯度。"""
     x, y = _batch(7, B=8)
     big = _tiny_model()
     big(x, y)[1].backward()
     for n in (2, 4):
-        model = copy.deepcopy(_tiny_model())
+        model = _tiny_model()
         size = 8 // n
         micro = [(x[i:i + size], y[i:i + size]) for i in range(0, 8, size)]
         _, err = _call(fn, model, micro)
@@ -226,7 +368,294 @@ def accumulate_grads(fn) -> bool:
                 return _fail(f"{name} 没有梯度：每个微批次都要 backward()")
             if not torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6):
                 ratio = (p.grad.norm() / q.grad.norm()).item()
-                hint = (f"你的梯度大约是大批次的 {ratio:.2f} 倍——每个微批次的损失要除以 {n}"
-                        if abs(ratio - n) < 0.05 else "梯度与大批次不同")
-                return _fail(f"{n} 个微批次：{name} 的{hint}")
+                only_last = _tiny_model()
+                (only_last(*micro[-1])[1] / n).backward()
+                last_grad = dict(only_last.named_parameters())[name].grad
+                if abs(ratio - n) < 0.05:
+                    hint = f"大约是大批次的 {ratio:.2f} 倍——每个微批次的损失要除以 {n}"
+                elif torch.allclose(p.grad, last_grad, rtol=1e-4, atol=1e-6):
+                    hint = ("只剩最后一个微批次的：中途不要清梯度，"
+                            "让 backward 把各微批次的梯度累加起来")
+                else:
+                    hint = "与大批次不同"
+                return _fail(f"{n} 个微批次：{name} 的梯度{hint}")
     return _ok()
+
+
+@exercise
+def estimate_loss(fn) -> bool:
+    """练习：``fn(model, splits, batch_size, block_size, n_batches, seed)`` → {划分名: 损失}。"""
+    splits = {"train": _ids(1), "val": _ids(2)}
+    seen = []
+    for start_training in (True, False):
+        model = _tiny_model(dropout=0.3, attn_dropout=0.3, resid_dropout=0.3)
+        model.train(start_training)
+        hook = model.register_forward_pre_hook(
+            lambda m, a: seen.append((m.training, torch.is_grad_enabled())))
+        got, err = _call(fn, model, splits, 4, 8, 3, 7)
+        hook.remove()
+        if err:
+            return _fail(err)
+        if any(training for training, _ in seen):
+            return _fail("评估时 dropout 还开着：先 model.eval()，同一批数据每次才会评出同一个数")
+        if any(grad for _, grad in seen):
+            return _fail("评估时还在记录梯度：用 torch.no_grad()（或 @torch.no_grad() 装饰函数），"
+                         "省内存也省时间")
+        if model.training != start_training:
+            return _fail("评估完要恢复**原来的**模式（先记下 was_training = model.training，"
+                         f"最后 model.train(was_training)）；这次进来时 training={start_training}，"
+                         f"出去时却是 {model.training}")
+        want = solution_estimate_loss(model, splits, 4, 8, 3, 7)
+        if not isinstance(got, dict) or set(got) != set(want):
+            return _fail(f"应返回 {{划分名: 平均损失}}，键是 {sorted(want)}；收到 {got!r}")
+        for name in want:
+            if not math.isclose(float(got[name]), want[name], rel_tol=1e-5):
+                return _fail(f"划分 {name!r}：你的结果 {float(got[name]):.5f}，"
+                             f"期望 {want[name]:.5f}。"
+                             "每个划分都要用 torch.Generator().manual_seed(seed) 重新开始取批次，"
+                             "取 n_batches 个批次，对它们的损失求平均")
+    return _ok()
+
+
+_LOOP_CFG = dict(batch_size=4, lr=1e-2, warmup_steps=3, max_steps=12, eval_interval=5,
+                 eval_batches=2, grad_clip=0.5, bf16=False, progress=False, seed=3)
+
+
+def _mistake_loop(model, data, val, cfg, mistake):
+    """参考循环，故意带上一个典型错误，只用来给出准确的提示。返回每步损失。"""
+    T = model.config.block_size
+    if mistake == "all_decayed":
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
+                                weight_decay=cfg.weight_decay)
+    else:
+        opt = torch.optim.AdamW(solution_param_groups(model, cfg.weight_decay), lr=cfg.lr,
+                                betas=(0.9, 0.999) if mistake == "default_betas" else cfg.betas)
+    losses = []
+    for step in range(cfg.max_steps):
+        s = step + 1 if mistake == "lr_off_by_one" else step
+        lr = cfg.lr if mistake == "constant_lr" else solution_lr_schedule(
+            s, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(data, cfg.batch_size, T, generator=batch_generator(cfg.seed, step))
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if mistake != "no_clip":
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
+_MISTAKES = {
+    "constant_lr": "学习率一直是 cfg.lr：每一步开始时要按日程设置 "
+                   "group['lr'] = lr_schedule(step, …)",
+    "lr_off_by_one": "学习率日程错开了一步：第 step 步（从 0 数）用 lr_schedule(step, …)，"
+                     "不是 step+1",
+    "no_clip": "没有裁剪梯度：backward 之后、step 之前调用 "
+               "clip_grad_norm_(model.parameters(), cfg.grad_clip)",
+    "all_decayed": "优化器没有分组：用 param_groups(model, cfg.weight_decay)，"
+                   "偏置和归一化的 γ 不衰减",
+    "default_betas": "优化器的 betas 不对：用 cfg.betas（(0.9, 0.95)），"
+                     "不是默认的 (0.9, 0.999)",
+}
+
+
+def _as_losses_and_evals(got):
+    if hasattr(got, "steps") and hasattr(got, "evals"):                # 也接受 gc.train.History
+        return [r["loss"] for r in got.steps], list(got.evals)
+    losses, evals = got
+    return [float(v) for v in losses], list(evals)
+
+
+@exercise
+def training_loop(fn) -> bool:
+    """练习：``fn(model, train_data, val_data, cfg) -> (每步损失, 评估记录)``，同 train()。"""
+    data, val = _ids(11, 400), _ids(12, 200)
+    cfg = TrainConfig(**_LOOP_CFG)
+    ref = _tiny_model(seed=5)
+    hist = train(ref, data, val, cfg)
+    want_losses = [r["loss"] for r in hist.steps]
+    mine = _tiny_model(seed=5)
+    got, err = _call(fn, mine, data, val, cfg)
+    if err:
+        return _fail(err)
+    try:
+        losses, evals = _as_losses_and_evals(got)
+    except Exception:  # noqa: BLE001
+        return _fail("应返回 (losses, evals)：losses 是每步的损失（Python 数），"
+                     "evals 是 [{'step': …, 'train': …, 'val': …}, …]")
+    if len(losses) != cfg.max_steps:
+        return _fail(f"应训练 cfg.max_steps = {cfg.max_steps} 步并记下每步的损失，"
+                     f"收到 {len(losses)} 个")
+    bad = [i for i, (a, b) in enumerate(zip(losses, want_losses))
+           if not math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5)]
+    if bad:
+        first = bad[0]
+        if first == 0:
+            return _fail("第 1 步的损失就不同：批次不对。第 step 步（从 0 数）用 "
+                         "get_batch(train_data, cfg.batch_size, T, "
+                         "generator=gc.train.batch_generator(cfg.seed, step))，"
+                         "T = model.config.block_size")
+        for mistake, hint in _MISTAKES.items():
+            trial = _mistake_loop(_tiny_model(seed=5), data, val, cfg, mistake)
+            if all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(trial, losses)):
+                return _fail(hint)
+        return _fail(f"前 {first} 步的损失一致，第 {first + 1} 步开始不同"
+                     f"（你的 {losses[first]:.5f}，gc.train.train 的 {want_losses[first]:.5f}）："
+                     "检查 zero_grad、裁剪、学习率日程和优化器")
+    steps = [e.get("step") for e in evals] if all(isinstance(e, dict) for e in evals) else None
+    want_steps = [e["step"] for e in hist.evals]
+    if steps != want_steps:
+        return _fail(f"评估的步数应是 {want_steps}（每 cfg.eval_interval 步一次，最后一步也要评估；"
+                     f"步数从 1 数），收到 {steps}")
+    for e, w in zip(evals, hist.evals):
+        for split in ("train", "val"):
+            if split not in e or not math.isclose(float(e[split]), w[split], rel_tol=1e-4):
+                return _fail(f"第 {w['step']} 步的评估 {split!r} 不对（期望 {w[split]:.5f}）：用 "
+                             "estimate_loss(model, {'train': train_data, 'val': val_data}, "
+                             "cfg.batch_size, T, cfg.eval_batches)")
+    for (name, p), q in zip(mine.named_parameters(), ref.parameters()):
+        if not torch.allclose(p, q, rtol=1e-4, atol=1e-5):
+            return _fail(f"损失都一致，但最后的参数 {name} 不同：最后一步之后是不是又多走了一步？")
+    return _ok()
+
+
+def _early_stopping_hint(evals: list[dict], patience: int, got: tuple[int, int]) -> str:
+    """把错误的答案和几种典型错误的结果对一对，说出是哪一种。"""
+    best, stop = solution_early_stopping(evals, patience)
+    steps = [e["step"] for e in evals]
+    ties = [dict(e, val=e["val"] - 1e-9 * i) for i, e in enumerate(evals)]    # 持平也算进步
+    later = steps[min(steps.index(stop) + 1, len(steps) - 1)]
+    wrong = {(min(evals, key=lambda e: e["val"])["step"], stop):
+             "——停下之后的评估已经不会发生了，最好的一步只能在停下之前找",
+             solution_early_stopping(ties, patience):
+             "——和最好值相等不算进步（要严格更低）",
+             (steps.index(best), steps.index(stop)):
+             "——返回的是列表下标，应当返回评估记录里的 step",
+             (best, later): f"——多等了一次：连续 {patience} 次没有创新低就停"}
+    wrong.pop((best, stop), None)
+    return wrong.get(tuple(got), "")
+
+
+@exercise
+def early_stopping(fn) -> bool:
+    """练习：``fn(evals, patience) -> (最好的一步, 停下的一步)``。"""
+    def ev(vals, every=25):
+        return [{"step": every * (i + 1), "val": v} for i, v in enumerate(vals)]
+
+    cases = [(ev([6.0, 5.5, 5.2, 5.3, 5.4, 5.6]), 2, "先降后升"),
+             (ev([6.0, 5.5, 5.2, 5.1]), 2, "一直在下降，从没停"),
+             (ev([6.0, 5.5, 5.5, 5.5, 5.4]), 2, "持平不算创新低"),
+             (ev([6.0, 5.2, 5.3, 5.1, 5.4, 5.5, 5.6]), 2, "中途回升后又创新低：耐心要重新计"),
+             (ev([6.0, 5.2, 5.3, 5.4, 4.0]), 2, "停下以后的评估不能再看"),
+             (ev([5.0, 5.1, 5.2]), 1, "patience = 1")]
+    for evals, patience, what in cases:
+        got, err = _call(fn, copy.deepcopy(evals), patience)
+        if err:
+            return _fail(err)
+        want = solution_early_stopping(evals, patience)
+        try:
+            got = (int(got[0]), int(got[1]))
+        except Exception:  # noqa: BLE001
+            return _fail(f"应返回 (best_step, stop_step) 两个步数，收到 {got!r}")
+        if got != want:
+            vals = [e["val"] for e in evals]
+            return _fail(f"{what}：验证损失 {vals}，patience={patience}；"
+                         f"你的结果 {got}，期望 {want}{_early_stopping_hint(evals, patience, got)}")
+    return _ok()
+
+
+# ---------------------------------------------------------------- 检查器："先猜一猜"
+def _letter(guess, options: dict[str, str]) -> str:
+    g = str(guess).strip().upper()
+    if g not in options:
+        raise ValueError(f"请填 {'、'.join(options)} 中的一个字母，收到 {guess!r}")
+    return g
+
+
+def _judge(guess, options: dict[str, str], right: str, why: str) -> bool:
+    try:
+        g = _letter(guess, options)
+    except ValueError as e:
+        return _fail(str(e))
+    if g == right:
+        print(f"猜对了：{options[right]}。{why}")
+        return _ok()
+    return _fail(f"你猜的是 {g}（{options[g]}），实验给出的是 {right}（{options[right]}）。{why}")
+
+
+INIT_OPTIONS = {"A": "接近 0", "B": "大约 1", "C": "大约 ln V", "D": "大约 V"}
+
+
+@exercise
+def predict_init_loss(guess, measured: float, vocab_size: int) -> bool:
+    """先猜：刚初始化的模型在真实诗句上的损失是多少？"""
+    values = {"A": 0.0, "B": 1.0, "C": math.log(vocab_size), "D": float(vocab_size)}
+    right = min(values, key=lambda k: abs(values[k] - measured))
+    return _judge(guess, INIT_OPTIONS, right,
+                  f"量出来是 {measured:.3f}，ln {vocab_size} = {math.log(vocab_size):.3f}："
+                  "logits 几乎全是 0，softmax 接近均匀分布，每个字的概率约 1/V")
+
+
+BF16_OPTIONS = {"A": "比换一个批次的起伏还大", "B": "比起伏小，但不到 10 倍",
+                "C": "比起伏小 10 倍以上"}
+
+
+@exercise
+def predict_bf16_gap(guess, gap: float, spread: float) -> bool:
+    """先猜：eval 模式下同一批数据，bf16 与 fp32 的损失差，和换批次的起伏比起来有多大？"""
+    right = "A" if gap >= spread else ("B" if gap * 10 >= spread else "C")
+    return _judge(guess, BF16_OPTIONS, right,
+                  f"成对的差 {gap:.5f}，换批次的起伏（标准差）{spread:.4f}，"
+                  f"相差 {spread / max(gap, 1e-12):.0f} 倍")
+
+
+OVERFIT_OPTIONS = {"A": "一直下降", "B": "先降后升", "C": "几乎不变"}
+_SHORT = "（这次的训练太短——快速模式？——实验还没显示出来；完整模式下会看到）"
+
+
+def _observed_overfit(vals: list[float]) -> str:
+    low = min(vals)
+    if vals[-1] - low > 0.1:
+        return "B"
+    return "A" if vals[0] - vals[-1] > 0.1 else "C"
+
+
+@exercise
+def predict_overfit(guess, history) -> bool:
+    """先猜：在几百首诗上一直训练下去（不加 dropout），验证损失会怎样？
+
+    答案是 B（先降后升）；检查器同时说出这一次实验实际看到的形状。"""
+    vals = [e["val"] for e in (history.evals if hasattr(history, "evals") else history["evals"])]
+    seen = _observed_overfit(vals)
+    return _judge(guess, OVERFIT_OPTIONS, "B",
+                  f"验证损失从 {vals[0]:.2f} 降到最低 {min(vals):.2f}，最后是 {vals[-1]:.2f}"
+                  + ("：模型开始背诵训练集了" if seen == "B" else _SHORT))
+
+
+WINDOW_OPTIONS = {"A": "学习式位置仍然更好", "B": "RoPE 反超", "C": "两者差不多（差距小于 0.02）"}
+
+
+@exercise
+def predict_windows(guess, learned: float, rope: float) -> bool:
+    """先猜：窗口不再从诗的开头切（随机窗口）时，学习式位置与 RoPE 谁的验证损失更低？
+
+    答案是 B（RoPE 反超：绝对位置不再是"第几个字"的免费答案）；检查器同时说出这次量到的数。"""
+    seen = "C" if abs(learned - rope) < 0.02 else ("A" if learned < rope else "B")
+    return _judge(guess, WINDOW_OPTIONS, "B",
+                  f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}"
+                  + ("" if seen == "B" else _SHORT))
+
+
+def report() -> int:
+    """打印本章每个练习在这次运行里的检查结果（✓ 通过、✗ 没通过、— 还没检查），返回通过的个数。"""
+    done = {r["exercise"]: r for r in results()}
+    for name in EXERCISES:
+        r = done.get(name)
+        mark = "—" if r is None else ("✓" if r["passed"] else "✗")
+        print(f"{mark} {name:<18} {'' if r is None or r['passed'] else r['message']}")
+    passed = sum(bool(done.get(n, {}).get("passed")) for n in EXERCISES)
+    print(f"通过 {passed}/{len(EXERCISES)}")
+    return passed

@@ -1,4 +1,4 @@
-"""训练的四张图：学习率日程、训练/验证损失曲线、梯度范数、消融实验对比。
+"""训练的图：学习率日程、训练/验证损失曲线、梯度范数、过拟合缺口、消融实验对比、损失与计算量。
 
 参数里的 ``history`` 可以是 ``gptcourse.train.History``，也可以是它的 ``to_dict()``
 （例如检查点 ``meta["history"]``）。每个函数返回 matplotlib Figure。
@@ -18,12 +18,14 @@ def _rows(history) -> tuple[list[dict], list[dict]]:
 
 
 def _smooth(y: np.ndarray, window: int) -> np.ndarray:
-    """滑动平均（前 window−1 个点用已有的点平均），让每步都抖动的损失看得清趋势。"""
+    """居中的滑动平均（两端用已有的点），让每步都抖动的损失看得清趋势，又不像只看过去那样滞后。"""
     if window <= 1 or len(y) < 2:
         return y
+    half = window // 2
     c = np.cumsum(np.insert(y, 0, 0.0))
-    n = np.minimum(np.arange(1, len(y) + 1), window)
-    return (c[1:] - c[np.arange(1, len(y) + 1) - n]) / n
+    i = np.arange(len(y))
+    lo, hi = np.maximum(i - half, 0), np.minimum(i + half + 1, len(y))
+    return (c[hi] - c[lo]) / (hi - lo)
 
 
 def _axes(ax, figsize):
@@ -41,8 +43,12 @@ def plot_lr_schedule(lrs: Sequence[float], warmup: int | None = None, ax=None,
     ax.plot(steps, lrs, lw=2)
     if warmup:
         ax.axvline(warmup, color="gray", ls="--", lw=1)
-        ax.annotate("预热结束", (warmup, max(lrs)), xytext=(6, -14), textcoords="offset points")
-    ax.axhline(min(lrs[warmup or 0:]), color="#adb5bd", ls=":", lw=1)
+        ax.annotate("预热结束", (warmup, 0), xycoords=("data", "axes fraction"), xytext=(6, 8),
+                    textcoords="offset points", color="gray")
+    floor = min(lrs[warmup or 0:])
+    ax.axhline(floor, color="#868e96", ls=":", lw=1)
+    ax.annotate("最小学习率（下限）", (len(lrs) - 1, floor), xytext=(-4, 4),
+                textcoords="offset points", ha="right", color="#868e96")
     ax.set_xlabel("训练步数")
     ax.set_ylabel("学习率")
     ax.set_title(title)
@@ -121,16 +127,94 @@ def plot_ablation(results: Mapping[str, object], split: str = "val", ax=None,
 
 
 def plot_train_val_gap(results: Mapping[str, object], ax=None,
-                       title: str = "过拟合：训练损失与验证损失"):
-    """每个 history 画训练（实线）与验证（虚线）两条评估曲线，同色；看两者之间的缺口。"""
+                       title: str = "过拟合：训练损失与验证损失",
+                       stops: Mapping[str, int] | None = None):
+    """每个 history 画训练（实线）与验证（虚线）两条评估曲线，同色；看两者之间的缺口。
+
+    验证损失最低的那次评估画成星号（早停会留下的检查点）；``stops`` = {名字: 步数} 时在那一步画竖线
+    （耐心用完、早停真正停下的地方）。
+    """
     fig, ax = _axes(ax, (7.2, 4.2))
     for i, (name, history) in enumerate(results.items()):
         _, evals = _rows(history)
         e = [r["step"] for r in evals]
         ax.plot(e, [r["train"] for r in evals], "-", color=f"C{i}", lw=2, label=f"{name}：训练集")
         ax.plot(e, [r["val"] for r in evals], "--", color=f"C{i}", lw=2, label=f"{name}：验证集")
+        best = min(evals, key=lambda r: r["val"])
+        ax.plot([best["step"]], [best["val"]], "*", color=f"C{i}", ms=14, mec="black",
+                label=f"{name}：验证最低（第 {best['step']} 步，{best['val']:.2f}）")
+        if stops and name in stops:
+            ax.axvline(stops[name], color=f"C{i}", ls=":", lw=1.2)
     ax.set_xlabel("训练步数")
     ax.set_ylabel("损失（nats/字）")
+    ax.set_title(title)
+    ax.legend(fontsize="small")
+    return fig
+
+
+def plot_ablation_bars(results: Mapping[str, Mapping[str, Sequence[float]]], ax=None,
+                       title: str = "消融实验：最后的验证损失（均值 ± 标准差）"):
+    """分组柱状图：results = {变体名: {窗口方案: [每个种子的验证损失]}}。
+
+    柱高是种子的平均，误差线是标准差（只有一个种子时不画），小圆点是每个种子自己的结果。
+    """
+    names = list(results)
+    schemes = list(dict.fromkeys(k for v in results.values() for k in v))
+    if not names or not schemes:
+        raise ValueError("results 应是 {变体名: {窗口方案: [验证损失, …]}}，不能为空")
+    fig, ax = _axes(ax, (8.4, 4.4))
+    width = 0.8 / len(schemes)
+    lows = []
+    for j, scheme in enumerate(schemes):
+        xs, means, sds = [], [], []
+        for i, name in enumerate(names):
+            vals = np.asarray(results[name].get(scheme, []), dtype=float)
+            if len(vals) == 0:
+                continue
+            x = i + (j - (len(schemes) - 1) / 2) * width
+            xs.append(x)
+            means.append(vals.mean())
+            sds.append(vals.std(ddof=1) if len(vals) > 1 else 0.0)
+            ax.plot([x] * len(vals), vals, "o", color="black", ms=3, zorder=3)
+            lows.append(vals.min())
+        ax.bar(xs, means, width * 0.92, yerr=sds, capsize=4, color=f"C{j}", alpha=0.8,
+               label=scheme)
+    top = max(max(np.max(v) for v in r.values() if len(v)) for r in results.values())
+    ax.set_ylim(min(lows) - 0.15 * (top - min(lows) + 0.05), top + 0.35 * (top - min(lows) + 0.05))
+    ax.set_xticks(range(len(names)))
+    ax.set_xticklabels(names, fontsize="small")
+    ax.set_ylabel("验证损失（nats/字，越低越好）")
+    ax.set_title(title)
+    ax.legend(loc="upper left", ncol=len(schemes))
+    return fig
+
+
+def plot_scaling(runs: Mapping[str, Mapping[str, Sequence[float]]], ax=None,
+                 title: str = "损失与计算量：不同大小的模型"):
+    """runs = {模型名: {"flops": [...], "val": [...]}}：横轴是训练用掉的浮点运算（对数坐标）。
+
+    灰色粗线是所有模型的下包络：给定计算量时能达到的最低验证损失，以及是哪个模型达到的。
+    """
+    fig, ax = _axes(ax, (7.2, 4.4))
+    points = []
+    for i, (name, r) in enumerate(runs.items()):
+        f, v = np.asarray(r["flops"], dtype=float), np.asarray(r["val"], dtype=float)
+        if len(f) != len(v) or len(f) == 0:
+            raise ValueError(f"{name} 的 flops 与 val 应一样长且不为空")
+        ax.plot(f, v, "o-", ms=3, color=f"C{i}", label=name)
+        points += list(zip(f, v))
+    points.sort()
+    env_f, env_v, best = [], [], float("inf")
+    for f, v in points:
+        if v < best:
+            best = v
+            env_f.append(f)
+            env_v.append(v)
+    ax.step(env_f, env_v, where="post", color="gray", lw=5, alpha=0.3,
+            label="下包络（给定计算量的最好结果）")
+    ax.set_xscale("log")
+    ax.set_xlabel("训练计算量（浮点运算次数，≈ 6·N·词元数，对数坐标）")
+    ax.set_ylabel("验证损失（nats/字）")
     ax.set_title(title)
     ax.legend()
     return fig
