@@ -1,32 +1,55 @@
 """笔记本 02（注意力与因果掩码）的练习检查器。
 
-用法与笔记本 01 相同：``gc.check.causal_mask(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的
-中文，并返回 True / False。参考答案是本文件里的 ``solution_*`` 函数，它们登记在共用的
-``SOLUTIONS`` 表里，所以 ``gc.check.show_solution("causal_mask")`` 会打印它的源代码。
+用法：``gc.check.nb02.causal_mask(你的函数)`` 打印“正确 ✓”或一句说明哪里不对的中文，并返回
+True / False。参考答案是本文件里的 ``solution_*``，登记在共用的 ``SOLUTIONS`` 表里，
+``gc.check.show_solution("causal_mask")`` 会打印它的源代码。``EXERCISES`` 按笔记本里出现的
+顺序列出本章的练习；“先猜一猜”的预测题（``guess_*``）也是练习，答案在实验之前填写。
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
 import torch.nn.functional as F
 
 from ..config import preset
-from ..model import GPT, count_parameters
+from ..model import GPT, Block, count_parameters
+from ..rope import rope_angles
+from ._common import SOLUTIONS, _call, _fail, _ok, exercise
 
-from .nb01 import SOLUTIONS, _call, _fail, _ok  # 共用的答案登记表与提示工具
+__all__ = ["EXERCISE_CONFIG", "causal_mask", "scaled_attention", "guess_saturation",
+           "split_merge_heads", "rope_pair", "layernorm", "gpt_block", "gpt_model", "leaky_model",
+           "guess_norm", "guess_init_growth", "param_count", "guess_offset"]
 
-__all__ = ["EXERCISE_CONFIG", "causal_mask", "split_merge_heads", "rope_pair", "param_count",
-           "scaled_attention", "layernorm"]
+EXERCISES = ("scaled_attention", "causal_mask", "guess_saturation", "split_merge_heads",
+             "rope_pair", "layernorm", "gpt_block", "gpt_model", "leaky_model", "guess_norm",
+             "guess_init_growth", "param_count", "guess_offset")
 
-# 练习 4 要数参数的配置：mini 设计（学习式位置、LayerNorm、GELU、融合 qkv 带偏置、权重共享）
-EXERCISE_CONFIG = preset("mini", vocab_size=500, block_size=32, n_layer=2, n_head=4, n_embd=64)
+# “数参数”练习的配置：笔记本里没有数过它。teacher 设计（RoPE、RMSNorm、SwiGLU、无偏置、权重共享），
+# C = 160 时 SwiGLU 隐藏层 = 8C/3 ≈ 426.7 向上取整到 64 的倍数 = 448
+EXERCISE_CONFIG = preset("teacher", vocab_size=3000, block_size=96, n_layer=3, n_head=5,
+                         n_embd=160)
+# 检查 Block / GPT 时用的两个小配置：现代设计与经典 mini 设计
+_CFGS = (preset("teacher", vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16,
+                dropout=0.0, attn_dropout=0.0, resid_dropout=0.0),
+         preset("mini", vocab_size=40, block_size=16, n_layer=2, n_head=2, n_embd=16,
+                dropout=0.0, attn_dropout=0.0, resid_dropout=0.0))
 
 
 # ---------------------------------------------------------------- 参考答案
 def solution_causal_mask(T: int) -> torch.Tensor:
     """[T, T] 的布尔掩码，True = 可以看（键位置 ≤ 查询位置）。"""
     return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
+def solution_scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """带因果掩码的缩放点积注意力。q, k, v: [B, H, T, D] → [B, H, T, D]。"""
+    T, D = q.shape[-2], q.shape[-1]
+    att = q @ k.transpose(-2, -1) / math.sqrt(D)                     # [B, H, T, T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
+    att = att.masked_fill(~mask, float("-inf"))
+    return F.softmax(att, dim=-1) @ v
 
 
 def solution_split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -47,25 +70,6 @@ def solution_rope_pair(x1: float, x2: float, m: int, theta: float) -> tuple[floa
     return x1 * math.cos(a) - x2 * math.sin(a), x1 * math.sin(a) + x2 * math.cos(a)
 
 
-def solution_param_count(cfg=EXERCISE_CONFIG) -> int:
-    """按公式数 mini 设计的参数（学习式位置、LayerNorm、GELU 4×、融合 qkv 带偏置、权重共享）。"""
-    V, T, C, L = cfg.vocab_size, cfg.block_size, cfg.n_embd, cfg.n_layer
-    emb = V * C + T * C                                   # 词嵌入 + 位置嵌入
-    attn = (C * 3 * C + 3 * C) + (C * C + C)              # qkv + 输出投影（含偏置）
-    mlp = (C * 4 * C + 4 * C) + (4 * C * C + C)           # fc + proj（含偏置）
-    norms = 2 * 2 * C                                     # 块内两个 LayerNorm（γ 和 β）
-    return emb + L * (attn + mlp + norms) + 2 * C         # + 最终 LayerNorm；输出头共享，不另算
-
-
-def solution_scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """带因果掩码的缩放点积注意力。q, k, v: [B, H, T, D] → [B, H, T, D]。"""
-    T, D = q.shape[-2], q.shape[-1]
-    att = q @ k.transpose(-2, -1) / math.sqrt(D)                     # [B, H, T, T]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    att = att.masked_fill(~mask, float("-inf"))
-    return F.softmax(att, dim=-1) @ v
-
-
 def solution_layernorm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """手写 LayerNorm（不含 γ、β）：对最后一维减均值、除以标准差（有偏方差）。"""
     mean = x.mean(-1, keepdim=True)
@@ -73,20 +77,116 @@ def solution_layernorm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     return (x - mean) / torch.sqrt(var + eps)
 
 
+def solution_block_forward(self, x, rope=None):
+    """Pre-Norm：先归一化再进子层，子层的输出加回残差流。"""
+    x = x + self.attn(self.norm1(x), rope)
+    return x + self.mlp(self.norm2(x))
+
+
+def solution_param_count(cfg=EXERCISE_CONFIG) -> int:
+    """按公式数 teacher 设计的参数。
+
+    RoPE 没有位置表、RMSNorm 只有 γ、SwiGLU 三个矩阵、没有偏置、输出头共享。
+    """
+    V, C, L, Hd = cfg.vocab_size, cfg.n_embd, cfg.n_layer, cfg.mlp_hidden
+    attn = C * 3 * C + C * C                              # qkv + 输出投影
+    mlp = 3 * C * Hd                                      # gate、up、down
+    return V * C + L * (attn + mlp + 2 * C) + C           # + 每块两个 RMSNorm，+ 最终 RMSNorm
+
+
+def solution_guess_saturation() -> str:
+    return "B"          # 不缩放：D 越大，分数越大，softmax 越接近 one-hot，梯度越小
+
+
+def solution_guess_norm() -> str:
+    return "A"          # Pre-Norm 的残差是一条直通的路，深的模型同样的步数学得更好
+
+
+def solution_guess_init_growth() -> str:
+    return "B"          # 不缩放时，每个块往残差流上加的东西累积起来，越深越大
+
+
+def solution_guess_offset() -> int:
+    return 5            # 位置 t 预测 t+1；五言一句 6 个词元，t+1 的对应字在 t+1−6 = t−5
+
+
 SOLUTIONS.update({
     "causal_mask": solution_causal_mask,
+    "scaled_attention": solution_scaled_attention,
     "split_heads": solution_split_heads,
     "merge_heads": solution_merge_heads,
     "rope_pair": solution_rope_pair,
-    "param_count": solution_param_count,
-    "scaled_attention": solution_scaled_attention,
     "layernorm": solution_layernorm,
+    "gpt_block": solution_block_forward,
+    "param_count": solution_param_count,
+    "guess_saturation": solution_guess_saturation,
+    "guess_norm": solution_guess_norm,
+    "guess_init_growth": solution_guess_init_growth,
+    "guess_offset": solution_guess_offset,
 })
 
 
+# ---------------------------------------------------------------- 小工具
+def _choice(guess, options: str) -> str | None:
+    """把“B”、“ b ”、“(B)”都规范成 “B”；不是选项之一时返回 None。"""
+    g = str(guess).strip().strip("()（）.。").upper()
+    return g if len(g) == 1 and g in options else None
+
+
+def _not_a_choice(guess, options: str) -> bool:
+    return _fail(f"请填一个选项字母（{'、'.join(options)}），收到 {guess!r}")
+
+
+def _rope(cfg, T):
+    if cfg.pos != "rope":
+        return None
+    ang = rope_angles(cfg.head_dim, T, cfg.rope_base)
+    return ang.cos(), ang.sin()
+
+
+def _load(mine, state) -> str | None:
+    """把包里的权重装进学员的模块；名字对不上时返回一句说明。"""
+    try:
+        missing, unexpected = mine.load_state_dict(state, strict=False)
+    except RuntimeError as e:
+        return f"形状对不上：{str(e).splitlines()[-1].strip()}"
+    if missing or unexpected:
+        return (f"参数名与包里的模型对不上（缺少 {list(missing)[:4]}，"
+                f"多出 {list(unexpected)[:4]}）；"
+                "名字要与 gc.model 的 state_dict 一致")
+    return None
+
+
+def _tensor(out, shape) -> str | None:
+    if isinstance(out, tuple):
+        return "应只返回一个张量（logits），不要返回元组"
+    if not isinstance(out, torch.Tensor):
+        return f"应返回 torch.Tensor，收到 {type(out).__name__}"
+    if tuple(out.shape) != tuple(shape):
+        return f"输出形状应为 {tuple(shape)}，收到 {tuple(out.shape)}"
+    return None
+
+
+def leak_test(model, k: int = 5, T: int = 12, seed: int = 0) -> tuple[float, float]:
+    """改掉位置 k 之后的词元：返回 (位置 < k 的 logits 最大变化, 位置 ≥ k 的最大变化)。
+
+    model(idx) 可以返回 logits，也可以返回 (logits, loss)。
+    """
+    V = model.tok_emb.num_embeddings
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randint(V, (2, T), generator=g)
+    b = a.clone()
+    b[:, k:] = (a[:, k:] + 1 + torch.randint(V - 1, (2, T - k), generator=g)) % V
+    with torch.no_grad():
+        la, lb = model(a), model(b)
+    la, lb = (la[0] if isinstance(la, tuple) else la), (lb[0] if isinstance(lb, tuple) else lb)
+    return (la[:, :k] - lb[:, :k]).abs().max().item(), (la[:, k:] - lb[:, k:]).abs().max().item()
+
+
 # ---------------------------------------------------------------- 检查器
+@exercise
 def causal_mask(fn) -> bool:
-    """练习：写 ``causal_mask(T)``，返回 [T, T] 的布尔张量，True 表示"可以看"。"""
+    """练习：写 ``causal_mask(T)``，返回 [T, T] 的布尔张量，True 表示“可以看”。"""
     for T in (4, 1, 7):
         m, err = _call(fn, T)
         if err:
@@ -112,6 +212,59 @@ def causal_mask(fn) -> bool:
     return _ok()
 
 
+@exercise
+def scaled_attention(fn) -> bool:
+    """练习：``attention(q, k, v)``，q/k/v [B,H,T,D]，返回带因果掩码的缩放点积注意力。"""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 6, 8, generator=g) for _ in range(3))
+    out, err = _call(fn, q, k, v)
+    if err:
+        return _fail(err)
+    if not isinstance(out, torch.Tensor) or out.shape != q.shape:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        return _fail(f"输出形状应为 {tuple(q.shape)}，收到 {shape}")
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def close(t):
+        return torch.allclose(out, t, atol=1e-5)
+
+    if close(ref):
+        return _ok()
+    if close(F.scaled_dot_product_attention(q, k, v)):
+        return _fail("没有因果掩码：每个位置都看到了未来（把对角线以上的分数填成 −∞）")
+    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)):
+        return _fail("忘了除以 √D（D = head_dim）：分数太大，softmax 会饱和")
+    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(3 * 8))):
+        return _fail("除以的是 √(n_embd) = √(H·D)，应该除以 √(head_dim)")
+    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / 8)):
+        return _fail("除以的是 D，应该除以 √D")
+    att = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(
+        ~solution_causal_mask(6), float("-inf"))
+    if close(torch.nan_to_num(F.softmax(att, dim=-2)) @ v):
+        return _fail("softmax 的维度不对：应在最后一维（键）上归一化，dim=-1")
+    after = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) * solution_causal_mask(6)
+    if close(after @ v):
+        return _fail("掩码放在了 softmax 之后：被遮住的权重变成 0，但每行之和不再是 1。"
+                     "应先把分数填成 −∞，再做 softmax")
+    return _fail("数值与 F.scaled_dot_product_attention(q, k, v, is_causal=True) 不一致")
+
+
+@exercise
+def guess_saturation(guess) -> bool:
+    """预测题：不缩放时，head_dim 从 16 增大到 256，softmax 的权重与梯度会怎样？"""
+    g = _choice(guess, "ABC")
+    if g is None:
+        return _not_a_choice(guess, "ABC")
+    if g == "B":
+        return _ok()
+    if g == "A":
+        return _fail("反了：q·k 是 D 项之和，标准差约为 √D。D 越大分数越大，"
+                     "softmax 越接近 one-hot，"
+                     "而接近 one-hot 的 softmax 梯度接近 0")
+    return _fail("会变：不缩放时分数的标准差随 √D 增长，softmax 会越来越“尖”")
+
+
+@exercise
 def split_merge_heads(split, merge) -> bool:
     """练习：``split(x, n_head)`` [B,T,C]→[B,H,T,D] 与 ``merge(y)`` [B,H,T,D]→[B,T,C]。"""
     g = torch.Generator().manual_seed(2)
@@ -130,9 +283,8 @@ def split_merge_heads(split, merge) -> bool:
         return _fail("split 的形状对了但数值不对：第 h 个头应取每个位置的第 h·D … (h+1)·D−1 维")
     z, err = _call(merge, ref.contiguous())                       # 与 att @ v 的输出一样是连续的
     if err:
-        return _fail("merge " + err + "（提示：transpose 之后张量不再连续，"
-                     "view 之前要 .contiguous()，"
-                     "或者改用 reshape）")
+        return _fail("merge " + err + "（提示：transpose 之后张量不再连续，view 之前要 "
+                     ".contiguous()，或者改用 reshape）")
     if not isinstance(z, torch.Tensor) or tuple(z.shape) != (2, 5, 12):
         shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
         return _fail(f"merge 的输出形状应为 [B, T, C] = (2, 5, 12)，收到 {shape}")
@@ -143,6 +295,7 @@ def split_merge_heads(split, merge) -> bool:
     return _ok()
 
 
+@exercise
 def rope_pair(fn) -> bool:
     """练习：``rope_pair(x1, x2, m, theta)`` 把一对维度按角度 m·θ 旋转，返回 (y1, y2)。"""
     cases = [(1.0, 0.0, 1, 0.5), (0.3, -1.2, 3, 0.25), (2.0, 1.0, 7, 0.01), (0.5, 0.5, 0, 1.0)]
@@ -170,62 +323,7 @@ def rope_pair(fn) -> bool:
     return _ok()
 
 
-def param_count(n, cfg=EXERCISE_CONFIG) -> bool:
-    """练习：不建模型，按公式数出 ``EXERCISE_CONFIG`` 的参数总数。"""
-    truth = count_parameters(GPT(cfg))["total"]
-    try:
-        n = int(n)
-    except (TypeError, ValueError):
-        return _fail(f"应给出一个整数，收到 {n!r}")
-    if n == truth:
-        return _ok()
-    C, V = cfg.n_embd, cfg.vocab_size
-    if n == truth + V * C:
-        return _fail("多算了输出头：权重共享时 lm_head 与词嵌入是同一个张量，只算一次")
-    if n == truth - cfg.block_size * C:
-        return _fail("漏了位置嵌入（block_size × C）")
-    if n == truth - C * (2 * cfg.n_layer + 1):          # 只数了 γ
-        return _fail("LayerNorm 的参数少了一半：每个 LayerNorm 有 γ 和 β 两组，各 C 个")
-    if n == truth - 2 * C:
-        return _fail("漏了最终的 LayerNorm（2C 个参数）")
-    if n <= 0:
-        return _fail("请先把你算出的参数总数填进去")
-    side = "多" if n > truth else "少"
-    return _fail(f"你的答案比正确值{side}。逐项检查：词嵌入、位置嵌入、"
-                 "每块的 qkv / proj / fc / proj（别忘了偏置）、两个 LayerNorm（γ 和 β）、"
-                 "最终 LayerNorm；输出头共享不另算")
-
-
-def scaled_attention(fn) -> bool:
-    """练习：``attention(q, k, v)``，q/k/v [B,H,T,D]，返回带因果掩码的缩放点积注意力。"""
-    g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(2, 3, 6, 8, generator=g) for _ in range(3))
-    out, err = _call(fn, q, k, v)
-    if err:
-        return _fail(err)
-    if not isinstance(out, torch.Tensor) or out.shape != q.shape:
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        return _fail(f"输出形状应为 {tuple(q.shape)}，收到 {shape}")
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-    def close(t):
-        return torch.allclose(out, t, atol=1e-5)
-
-    if close(ref):
-        return _ok()
-    if close(F.scaled_dot_product_attention(q, k, v)):
-        return _fail("没有因果掩码：每个位置都看到了未来（把对角线以上的分数填成 −∞）")
-    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)):
-        return _fail("忘了除以 √D（D = head_dim）：分数太大，softmax 会饱和")
-    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(3 * 8))):
-        return _fail("除以的是 √(n_embd)，应该除以 √(head_dim)")
-    att = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(
-        ~solution_causal_mask(6), float("-inf"))
-    if close(torch.nan_to_num(F.softmax(att, dim=-2)) @ v):
-        return _fail("softmax 的维度不对：应在最后一维（键）上归一化，dim=-1")
-    return _fail("数值与 F.scaled_dot_product_attention(q, k, v, is_causal=True) 不一致")
-
-
+@exercise
 def layernorm(fn) -> bool:
     """练习：``layernorm(x, eps)``（不含 γ、β）应等于 ``F.layer_norm(x, (C,), eps=eps)``。"""
     g = torch.Generator().manual_seed(4)
@@ -244,4 +342,223 @@ def layernorm(fn) -> bool:
                      "或 ((x − mean)²).mean()")
     if torch.allclose(out, F.layer_norm(x.transpose(-1, -2), (5,)).transpose(-1, -2), atol=1e-5):
         return _fail("归一化的维度不对：应对最后一维（每个位置的 C 个特征）求均值和方差")
+    if torch.allclose(out, x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5), atol=1e-5):
+        return _fail("这是 RMSNorm（没有减均值）：LayerNorm 要先减去均值")
     return _fail("数值与 F.layer_norm 不一致：先减均值，再除以 sqrt(方差 + eps)")
+
+
+def _block_variants(ref: Block, x, rope):
+    """常见写错的 Block：(名字, 输出)。"""
+    a, m, n1, n2 = ref.attn, ref.mlp, ref.norm1, ref.norm2
+
+    def att(h):
+        return a(h, rope)
+
+    h = n1(x + att(x))
+    post = n2(h + m(h))
+    h = x + att(n1(x))
+    shared = h + m(n1(h))
+    no_resid = m(n2(att(n1(x))))
+    h = att(n1(x))
+    first_only = h + m(n2(h))
+    return [("Post-Norm", post), ("shared", shared), ("no_resid", no_resid),
+            ("first_only", first_only)]
+
+
+@exercise
+def gpt_block(block_cls) -> bool:
+    """练习：你的 ``Block``（Pre-Norm）与 ``gc.model.Block`` 装上同一份权重，输出必须相同。"""
+    hints = {"Post-Norm": "你在残差相加之后才归一化：x = norm(x + 子层(x))，那是 Post-Norm。"
+                          "Pre-Norm 是 x = x + 子层(norm(x))",
+             "shared": "第二个子层（MLP）前面用了 norm1：每个子层有自己的归一化，MLP 前面是 norm2",
+             "no_resid": "没有残差连接：子层的输出要加回 x（x = x + …），而不是替换 x",
+             "first_only": "注意力那一步没有加回残差：应为 x = x + attn(norm1(x))"}
+    for cfg in _CFGS:
+        torch.manual_seed(0)
+        ref = Block(cfg).eval()
+        mine, err = _call(block_cls, cfg)
+        if err:
+            return _fail(f"Block(cfg) {err}")
+        err = _load(mine, ref.state_dict())
+        if err:
+            return _fail(err)
+        mine.eval()
+        x = torch.randn(2, 7, cfg.n_embd, generator=torch.Generator().manual_seed(1))
+        rope = _rope(cfg, 7)
+        with torch.no_grad():
+            want = ref(x, rope)
+            got, err = _call(mine, x, rope)
+            if err:
+                return _fail(f"block(x, rope) {err}")
+            err = _tensor(got, want.shape)
+            if err:
+                return _fail(err)
+            if torch.allclose(got, want, atol=1e-5):
+                continue
+            for name, wrong in _block_variants(ref, x, rope):
+                if torch.allclose(got, wrong, atol=1e-5):
+                    return _fail(hints[name])
+        return _fail(f"{cfg.norm} / {cfg.mlp} 设计下输出与 gc.model.Block 不一致：顺序应为 "
+                     "x = x + attn(norm1(x), rope)，再 x = x + mlp(norm2(x))")
+    return _ok()
+
+
+@exercise
+def gpt_model(gpt_cls) -> bool:
+    """练习：你的 ``GPT`` 装上 ``gc.model.GPT`` 的权重后，logits 必须相同（两种设计都要对）。"""
+    for cfg in _CFGS:
+        torch.manual_seed(0)
+        ref = GPT(cfg).eval()
+        mine, err = _call(gpt_cls, cfg)
+        if err:
+            return _fail(f"GPT(cfg) {err}")
+        err = _load(mine, ref.state_dict())
+        if err:
+            return _fail(err)
+        mine.eval()
+        if getattr(mine, "lm_head", None) is None or mine.lm_head.weight is not mine.tok_emb.weight:
+            return _fail("输出头没有与词嵌入共享：应写 self.lm_head.weight = self.tok_emb.weight"
+                         "（同一个张量，而不只是数值相等）")
+        idx = torch.randint(cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            want = ref(idx)[0]
+            got, err = _call(mine, idx)
+            if err:
+                return _fail(f"model(idx) {err}")
+            err = _tensor(got, want.shape)
+            if err:
+                return _fail(err)
+            if torch.allclose(got, want, atol=1e-4):
+                continue
+            x = ref.tok_emb(idx)
+            if cfg.pos == "learned":
+                nopos = x
+                for b in ref.blocks:
+                    nopos = b(nopos)
+                if torch.allclose(got, ref.lm_head(ref.norm_f(nopos)), atol=1e-4):
+                    return _fail("学习式位置的设计里忘了加位置嵌入："
+                                 "x = tok_emb(idx) + pos_emb(arange(T))")
+            rope = _rope(cfg, idx.shape[1])
+            if cfg.pos == "learned":
+                x = x + ref.pos_emb(torch.arange(idx.shape[1]))
+            for b in ref.blocks:
+                x = b(x, rope)
+            if torch.allclose(got, ref.lm_head(x), atol=1e-4):
+                return _fail("少了最终归一化：Pre-Norm 的残差流从不被归一化，"
+                             "输出头之前要 norm_f(x)")
+        return _fail(f"{cfg.pos} / {cfg.norm} 设计下 logits 与 gc.model.GPT 不一致：检查嵌入、"
+                     "位置（学习式相加 / RoPE 传进每个块）、各块、最终归一化、输出头")
+    return _ok()
+
+
+@exercise
+def leaky_model(make_leaky, model) -> bool:
+    """练习：``make_leaky(model)`` 返回一个会偷看未来的模型；泄漏测试必须抓住它。
+
+    检查器把你的模型复制一份交给 ``make_leaky``，所以原来的模型不受影响。
+    """
+    if not isinstance(model, torch.nn.Module):
+        return _fail(f"第二个参数应是你的模型（nn.Module），收到 {type(model).__name__}")
+    original = leak_test(model)
+    if original[0] != 0.0:
+        return _fail("传进来的模型本身就泄漏了：请传入第 7 节那个通过泄漏测试的模型")
+    leaky, err = _call(make_leaky, copy.deepcopy(model).eval())
+    if err:
+        return _fail(err)
+    if not isinstance(leaky, torch.nn.Module):
+        return _fail(f"make_leaky 应返回一个模型（nn.Module），收到 {type(leaky).__name__}"
+                     "（忘了 return？）")
+    leaky.eval()
+    try:
+        before, after = leak_test(leaky)
+    except Exception as e:  # noqa: BLE001
+        return _fail(f"改过的模型跑不起来：{type(e).__name__}: {e}")
+    if math.isnan(before) or math.isnan(after):
+        return _fail("输出里有 NaN：你把某些行的所有位置都遮住了（softmax 全是 −∞）。"
+                     "要泄漏，是让掩码把未来也放进来，例如把掩码全设为 True")
+    if before == 0.0:
+        return _fail("泄漏测试还是通过了：位置 < k 的 logits 没有随后文改变，模型仍然看不到未来")
+    return _ok()
+
+
+@exercise
+def guess_norm(guess) -> bool:
+    """预测题：8 层的小模型，同样的学习率、不预热、同样的步数，Pre-Norm 与 Post-Norm 谁更低？"""
+    g = _choice(guess, "ABC")
+    if g is None:
+        return _not_a_choice(guess, "ABC")
+    if g == "A":
+        return _ok()
+    if g == "B":
+        return _fail("Post-Norm 把归一化挡在残差路径上，梯度回到前面的层要穿过每一个归一化；"
+                     "不预热、学习率较大时它学得更慢")
+    return _fail("差别不小：看下面实验里两条曲线的终点")
+
+
+@exercise
+def guess_init_growth(guess) -> bool:
+    """预测题：残差投影不按 1/√(2L) 缩小时，初始化的残差流标准差随深度怎样变化？"""
+    g = _choice(guess, "ABC")
+    if g is None:
+        return _not_a_choice(guess, "ABC")
+    if g == "B":
+        return _ok()
+    if g == "A":
+        return _fail("每个块都往残差流上“加”一份独立的东西，方差会累加，不会保持不变")
+    return _fail("残差流是一路相加过来的：加的项越多，标准差越大，不会变小")
+
+
+@exercise
+def param_count(n, cfg=EXERCISE_CONFIG) -> bool:
+    """练习：不建模型，按公式数出 ``EXERCISE_CONFIG``（teacher 设计）的参数总数。"""
+    truth = count_parameters(GPT(cfg))["total"]
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n):
+        return _fail(f"应给出一个整数，收到 {n!r}")
+    n = int(n)
+    if n == truth:
+        return _ok()
+    V, C, L, T, Hd = cfg.vocab_size, cfg.n_embd, cfg.n_layer, cfg.block_size, cfg.mlp_hidden
+    exact = 8 * C / 3
+    wrong = [
+        (truth + V * C, "多算了输出头：权重共享时 lm_head 与词嵌入是同一个张量，只算一次"),
+        (truth + T * C, "RoPE 没有位置表：这个设计没有 pos_emb（block_size × C）"),
+        (truth + (2 * L + 1) * C, "RMSNorm 只有 γ（C 个），没有 β"),
+        (truth - C, "漏了最终的 RMSNorm（C 个参数）"),
+        (truth - 2 * L * C, "漏了块里的两个 RMSNorm（每块 2C）"),
+        (truth + L * 3 * C * (4 * C - Hd),
+         f"SwiGLU 的隐藏层不是 4C：是 8C/3 向上取整到 64 的倍数 = {Hd}"),
+        (truth - L * C * Hd, "SwiGLU 有三个矩阵（gate、up、down），你只数了两个"),
+        (truth + L * (3 * C + C + 2 * Hd + C), "teacher 设计的线性层没有偏置"),
+    ]
+    for frac in (math.floor(exact), math.ceil(exact)):
+        if frac != Hd:
+            wrong.append((truth + L * 3 * C * (frac - Hd),
+                          f"隐藏层 8C/3 ≈ {exact:.1f} 要向上取整到 64 的倍数：{Hd}，不是 {frac}"))
+    for value, hint in wrong:
+        if n == value:
+            return _fail(hint)
+    if n <= 0:
+        return _fail("请先把你算出的参数总数填进去")
+    side = "多" if n > truth else "少"
+    return _fail(f"你的答案比正确值{side}。逐项检查：词嵌入 V·C；每块 qkv 3C·C、输出投影 C·C、"
+                 "SwiGLU 3·C·隐藏、两个 RMSNorm；最终 RMSNorm；RoPE 没有位置表；输出头共享不另算")
+
+
+@exercise
+def guess_offset(n) -> bool:
+    """推理题：五言诗里，位置 t 的字要预测 t+1；上一句里与 t+1 对应的字在 t 之前第几个词元？"""
+    try:
+        n = int(n)
+    except (TypeError, ValueError):
+        return _fail(f"应填一个整数（往前数几个词元），收到 {n!r}")
+    if n == 5:
+        return _ok()
+    if n == 6:
+        return _fail("6 是位置 t 自己在上一句的对应字（5 个字 + 1 个标点）。"
+                     "可位置 t 要预测的是 t+1，"
+                     "t+1 的对应字在 t+1−6 = t−5")
+    if n == 7:
+        return _fail("往前 7 个是上一句里 t−1 的对应字；要找的是 t+1 的对应字：t+1−6")
+    if n == 4:
+        return _fail("别忘了标点也是一个词元：五言一句是 5 个字 + 1 个标点 = 6 个词元")
+    return _fail("数一数：五言一句 = 5 个字 + 1 个标点 = 6 个词元；t+1 的对应字在 t+1−6")
