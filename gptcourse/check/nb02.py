@@ -157,6 +157,16 @@ def _load(mine, state) -> str | None:
     return None
 
 
+def _perturb_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """把各归一化层的 γ、β 设成互不相同的值（初始化时都是 1 / 0，会掩盖“用错了归一化”）。"""
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and "norm" in name:
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+    return model
+
+
 def _tensor(out, shape) -> str | None:
     if isinstance(out, tuple):
         return "应只返回一个张量（logits），不要返回元组"
@@ -375,7 +385,7 @@ def gpt_block(block_cls) -> bool:
              "first_only": "注意力那一步没有加回残差：应为 x = x + attn(norm1(x))"}
     for cfg in _CFGS:
         torch.manual_seed(0)
-        ref = Block(cfg).eval()
+        ref = _perturb_norms(Block(cfg).eval())
         mine, err = _call(block_cls, cfg)
         if err:
             return _fail(f"Block(cfg) {err}")
@@ -408,7 +418,7 @@ def gpt_model(gpt_cls) -> bool:
     """练习：你的 ``GPT`` 装上 ``gc.model.GPT`` 的权重后，logits 必须相同（两种设计都要对）。"""
     for cfg in _CFGS:
         torch.manual_seed(0)
-        ref = GPT(cfg).eval()
+        ref = _perturb_norms(GPT(cfg).eval())
         mine, err = _call(gpt_cls, cfg)
         if err:
             return _fail(f"GPT(cfg) {err}")
