@@ -1,8 +1,7 @@
 """验收（acceptance）：生成的诗合不合格律、是不是抄来的、够不够多样，以及一张放行表。
 
-一首诗 = 一行不含换行符的文字；一句 = 两个标点之间的字。近体诗的四种形式：
-每句 5 或 7 字、共 4 或 8 句，句末标点"，"与"。"交替（"。"的位置也接受"？""！"，
-语料里有 194 首以问句、3 首以感叹句收尾或转折）。
+一首诗 = 一行不含换行符的文字。诗体、断句、押韵与平仄的规则都在 :mod:`gptcourse.verse`
+（全课只有这一套）；这里用它们给一组样本打分。
 
 新颖度用两个数衡量：逐句照抄率（生成的句子有多少在训练集里原样出现过），以及与训练文本
 共有的最长子串。后者用训练文本的**后缀数组**回答"这个串在训练集里出现过吗"（二分查找，
@@ -14,64 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-COMMA, PERIOD = "，", "。"
-PERIOD_LIKE = "。？！"                  # 可以出现在"。"位置上的句末标点
-PUNCT = "，。？！；：、"
-FORMS = {(5, 4): "五绝", (5, 8): "五律", (7, 4): "七绝", (7, 8): "七律"}
-
-
-def _is_han(c: str) -> bool:
-    return "\u4e00" <= c <= "\u9fff" or "\u3400" <= c <= "\u4dbf"
-
-
-def split_lines(poem: str) -> tuple[list[str], list[str]]:
-    """把一首诗拆成 (句子列表, 每句后面的标点列表)；最后一句若没有标点，对应的标点为 ""。
-
-    >>> split_lines("白日依山尽，黄河入海流。")
-    (['白日依山尽', '黄河入海流'], ['，', '。'])
-    """
-    lines, marks, cur = [], [], []
-    for c in poem:
-        if c in PUNCT:
-            lines.append("".join(cur))
-            marks.append(c)
-            cur = []
-        else:
-            cur.append(c)
-    if cur:
-        lines.append("".join(cur))
-        marks.append("")
-    return lines, marks
-
-
-def poem_form(poem: str) -> str | None:
-    """近体诗形式："五绝" / "五律" / "七绝" / "七律"，不合格式返回 None。
-
-    规则：4 或 8 句；每句同为 5 或 7 个汉字；第 1、3、5… 句后是"，"，第 2、4… 句后是"。"
-    （或"？""！"）；末尾的一个换行符（诗的结束符）可以有，除此之外不能有别的字符。
-
-    >>> poem_form("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。")
-    '五绝'
-    >>> poem_form("白日依山尽，黄河入海流。欲穷千里目，更上一层楼")   # 缺最后的句号
-    """
-    if not isinstance(poem, str):
-        raise TypeError(f"poem 应是字符串，收到 {type(poem).__name__}")
-    poem = poem.removesuffix("\n")
-    lines, marks = split_lines(poem)
-    if not lines or any(not all(_is_han(c) for c in line) for line in lines):
-        return None                       # 空诗、空句、混进了换行/字母/<unk> 等
-    width = len(lines[0])
-    if any(len(line) != width for line in lines):
-        return None
-    for i, m in enumerate(marks):
-        if (m != COMMA) if i % 2 == 0 else (m not in PERIOD_LIKE or m == ""):
-            return None
-    return FORMS.get((width, len(lines)))
-
-
-def is_valid_form(poem: str) -> bool:
-    """是否是四种近体诗形式之一。"""
-    return poem_form(poem) is not None
+# 诗体与断句的规则只有一套，在 verse 里；poem_form / split_lines 在这里也能用（笔记本 04、测试）
+from .verse import is_hanzi, is_valid_form, poem_form, rates, split_lines  # noqa: F401
 
 
 # ---------------------------------------------------------------- 新颖度
@@ -174,7 +117,7 @@ def repetition_rate(poem: str) -> float:
     >>> repetition_rate("青青河畔草，郁郁园中柳。")     # 10 个字里 青、郁 各多出一次
     0.2
     """
-    chars = [c for c in poem if _is_han(c)]
+    chars = [c for c in poem if is_hanzi(c)]
     return 1 - len(set(chars)) / len(chars) if chars else 0.0
 
 
@@ -207,7 +150,13 @@ THRESHOLDS = {
     "distinct_1": 0.20,
     "distinct_2": 0.80,
     "repetition": 0.10,         # 每首诗的字重复率，样本平均
+    # 押韵与平仄：在看任何样本之前，由真实的验证集诗（tang_jinti val，1,801 首）定下：
+    # 门槛 = 真实值 × 0.9，向下取到 0.01。真实值 押韵率 0.876、平仄合格率 0.937
+    # （verse.rates；tests/test_verse.py 重新计算并核对这两个门槛）。
+    "rhyme_rate": 0.78,
+    "tonal_share": 0.84,
 }
+REFERENCE_FRACTION = 0.9        # 上面两个门槛 = 真实验证集诗的值 × 这个比例（向下取整到 0.01）
 
 
 def acceptance_checks(poems: list[str], train_text: str, val_loss: float | None = None,
@@ -236,6 +185,9 @@ def acceptance_checks(poems: list[str], train_text: str, val_loss: float | None 
         Check("字重复率 (平均)", float(np.mean([repetition_rate(p) for p in poems])),
               th["repetition"], False),
     ]
+    rhyme_rate, tonal_share = rates(poems)
+    checks += [Check("押韵率", rhyme_rate, th["rhyme_rate"], True),
+               Check("平仄合格率", tonal_share, th["tonal_share"], True)]
     return checks
 
 
@@ -265,9 +217,11 @@ def acceptance_table(checks: list[Check]) -> str:
 
 # ---------------------------------------------------------------- 采样
 def sample_poems(model, tok, n: int, seed: int = 0, temperature: float = 0.8,
-                 max_new_tokens: int = 80, prompt: str = "", batch_size: int = 50) -> list[str]:
+                 max_new_tokens: int = 80, prompt: str = "", batch_size: int = 50,
+                 **constraints) -> list[str]:
     """从空提示采样 n 首诗，第 i 首用种子 seed + i（与 ``gc.generate.generate`` 逐首生成相同，
-    只是成批生成更快），每首截到第一个换行为止。"""
+    只是成批生成更快），每首截到第一个换行为止。``constraints``：``form`` / ``acrostic`` /
+    ``rhyme`` / ``rhyme_group`` / ``tones``，原样交给 ``generate_batch``。"""
     from .generate import generate_batch
 
     if n < 1:
@@ -276,6 +230,59 @@ def sample_poems(model, tok, n: int, seed: int = 0, temperature: float = 0.8,
     for b in range(0, n, batch_size):
         m = min(batch_size, n - b)
         texts = generate_batch(model, tok, [prompt] * m, temperature=temperature, seed=seed + b,
-                               max_new_tokens=max_new_tokens)
+                               max_new_tokens=max_new_tokens, **constraints)
         out += [t.split("\n", 1)[0] for t in texts]
     return out
+
+
+def poem_nll(model, tok, poems: list[str]) -> list[float]:
+    """模型自己给每首诗的负对数似然（nats/字，温度 1）：每首单独从结束符 "\n" 开始打分，
+    只算诗里的字（不算结束符）。诗长（加上开头的换行）不能超过模型的 block_size。"""
+    import torch
+    import torch.nn.functional as F
+
+    from .generate import eval_mode
+
+    device = next(model.parameters()).device
+    out: list[float] = [0.0] * len(poems)
+    by_len: dict[int, list[int]] = {}
+    for i, p in enumerate(poems):
+        if not p:
+            raise ValueError("不能给空诗打分")
+        by_len.setdefault(len(tok.encode(p, errors="unk")), []).append(i)
+    with eval_mode(model), torch.no_grad():
+        for n, idx in by_len.items():
+            if n + 1 > model.config.block_size:
+                raise ValueError(f"诗太长：{n} 个词元，超过 block_size={model.config.block_size}")
+            ids = torch.tensor([[tok.eos_id] + tok.encode(poems[i], errors="unk") for i in idx],
+                               device=device)                                    # [B, n+1]
+            logits = model(ids[:, :-1])[0].float()                               # [B, n, V]
+            nll = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # [B, n]
+            for i, v in zip(idx, nll.mean(1).tolist()):
+                out[i] = v
+    return out
+
+
+CONSTRAINT_SETTINGS = {                  # constraint_cost 比较的几种解码方式
+    "自由": {},
+    "诗体": {"form": None},
+    "诗体+押韵": {"form": None, "rhyme": True},
+    "诗体+押韵+平仄": {"form": None, "rhyme": True, "tones": True},
+}
+
+
+def constraint_cost(model, tok, n: int = 100, form: str = "五律", seed: int = 0,
+                    temperature: float = 0.8) -> dict[str, dict[str, float]]:
+    """约束的代价：每种解码方式（``CONSTRAINT_SETTINGS``，诗体都用 form）各采样 n 首，量
+    模型自己的负对数似然（nats/字，越低 = 模型越"情愿"写）、distinct-1/2、诗体合格率、押韵率与
+    平仄合格率。同一个种子序列，所以各行只差在约束上。"""
+    table = {}
+    for name, kw in CONSTRAINT_SETTINGS.items():
+        kw = {k: (form if k == "form" else v) for k, v in kw.items()}
+        poems = sample_poems(model, tok, n, seed=seed, temperature=temperature, **kw)
+        rhyme_rate, tonal_share = rates(poems)
+        table[name] = {"nll": float(np.mean(poem_nll(model, tok, poems))),
+                       "distinct_1": distinct_n(poems, 1), "distinct_2": distinct_n(poems, 2),
+                       "form_rate": sum(map(is_valid_form, poems)) / n,
+                       "rhyme_rate": rhyme_rate, "tonal_share": tonal_share}
+    return table

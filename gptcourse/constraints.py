@@ -1,49 +1,80 @@
-"""近体诗的约束解码：诗体（五绝/五律/七绝/七律）与藏头诗。
+"""近体诗的约束解码：诗体（五绝/五律/七绝/七律）、藏头、押韵与平仄。
 
-做法是在每一步采样之前，用一个布尔掩码 [V] 规定"此刻允许哪些词元"：
+做法是在每一步采样之前，用一个布尔掩码 [V] 规定"此刻允许哪些词元"（规则全部来自
+:mod:`gptcourse.verse`，与验收用的是同一套）：
 
 - 句中只允许汉字（不允许标点、换行和 <unk>）；
-- 一句写满（5 或 7 个字）时只允许这一句的句末标点：单数句"，"，双数句和最后一句"。"；
-- 最后一句的"。"之后只允许结束符"\\n"；
-- 藏头诗：第 i 句的第一个字只允许 ``acrostic[i]``。
+- 一句写满（5 或 7 个字）时只允许这一句可用的句末标点：单数句"，"，双数句"。"
+  （或"？""！"，与 ``verse`` 的验收规则相同）；最后一句写完后只允许结束符"\\n"；
+- 藏头：第 i 句的第一个字只允许 ``acrostic[i]``；
+- 押韵（``rhyme=True``）：双数句的末字只允许同一个平声韵部的字。韵部由 ``rhyme_group`` 指定，
+  否则由第一个双数句的末字决定（那时允许任何平声字）；多音字可能属于几个平声韵部，之后的
+  韵脚只要与到目前为止的全部韵脚共有一个韵部即可，所以写完时一定有一个共同的韵部。
+- 平仄（``tones=True``）：第 2、4、6 字（``verse.tone_positions``）只允许表里有平仄的字，并且
+  与已经写下的字满足 分明（同句前一个讲平仄的字）、对（一联上句的同一位置）、
+  粘（第 3、5、7 句第 2 字与上一句第 2 字）。"中"（可平可仄）的字哪一边都允许；它之后相关的
+  规则就"无法判断"，但绝不会"不成立"。
 
-因为不合格式的词元在采样前就被排除了，输出**一定**符合要求的诗体——模型只负责在
-"合法"的字里挑。状态（第几句、这一句写了几个字）每一步都从当前这首诗的文本重新解析，
-所以给定的开头（比如完整的第一句"白日依山尽，"）会被检查并接着写。
+一个位置的掩码为空时（词表里没有所选韵部的字、只有一种声调的字……）按固定的顺序放宽：
+先放弃平仄，再放弃押韵，诗体与藏头永不放宽；放宽过的约束记在 ``fallbacks`` 里。
 
-只给藏头、不给诗体时：句数 = 藏头字数，每句 5 字还是 7 字由模型在第一句里自己决定
-（第 5 个字之后允许"，"，第 7 个字之后必须"，"），之后各句都与第一句等长。
-于是 4 个藏头字得到五绝或七绝，8 个得到五律或七律。
+只给藏头、不给诗体时：句数 = 藏头字数（4 或 8），每句 5 字还是 7 字由模型在第一句里自己决定。
+
+状态（第几句、这一句写了几个字、韵部候选、各字的平仄）按"当前这首诗的文本"缓存：
+``allowed(poem)`` 只需在 ``poem[:-1]`` 的状态上前进一个字，所以每一步的开销与诗的长度无关。
+给定的开头（比如完整的第一句"白日依山尽，"）会被检查并接着写。
+
+词表：一个词元能填一个字的位置，当且仅当它的文字（``_pieces``）正好是一个允许的字——所以
+BPE 分词器也能用（不是整字的词元在约束下一律不允许）。
 """
 from __future__ import annotations
 
-import unicodedata
+from typing import NamedTuple
 
 import torch
 
-FORMS: dict[str, tuple[int, int]] = {"五绝": (5, 4), "五律": (5, 8), "七绝": (7, 4), "七律": (7, 8)}
-COMMA, PERIOD = "，", "。"
+from .verse import (BOTH, COMMA, FORMS, PERIOD, PING, PUNCT, ZE, end_marks, group_names,
+                    is_hanzi, ping_groups, resolve_group, tone, tone_positions)
+from .verse import check_form  # noqa: F401  旧的导入位置（笔记本 05、测试）仍然可用
+
+_OPPOSITE = {PING: ZE, ZE: PING}
 
 
-def is_hanzi(ch: str) -> bool:
-    """汉字（Unicode 类别 Lo：其他字母，包括全部 CJK 表意文字）。"""
-    return len(ch) == 1 and unicodedata.category(ch) == "Lo"
+def _pieces(tok) -> list[str]:
+    """每个词元的文字：``tok.piece(i)``（分词器协议），没有时用 ``tok.decode([i])``。"""
+    piece = getattr(tok, "piece", None)
+    return [piece(i) if piece is not None else tok.decode([i]) for i in range(tok.vocab_size)]
+
+
+class State(NamedTuple):
+    line: int                        # 第几句（从 0 数）
+    count: int                       # 这一句已有几个字
+    L: int | None                    # 每句字数；None = 第一句还没定
+    cur: tuple                       # 这一句各字的平仄
+    prev: tuple                      # 上一句各字的平仄
+    groups: frozenset | None         # 韵部候选；None = 还没有韵脚；空 = 押韵已放弃
 
 
 class VerseConstraint:
     """一首诗的格式约束。``allowed(poem)`` 给出下一个词元的允许掩码 [V]（bool）。
 
-    ``form``：``FORMS`` 里的名字或 None；``acrostic``：每句的首字（可为 None）。
+    ``form``：``FORMS`` 里的名字或 None；``acrostic``：每句的首字；``rhyme`` / ``rhyme_group`` /
+    ``tones`` 见模块说明（给了 ``rhyme_group`` 就等于 ``rhyme=True``）。
     """
 
-    def __init__(self, tok, form: str | None = None, acrostic: str | None = None):
+    def __init__(self, tok, form: str | None = None, acrostic: str | None = None,
+                 rhyme: bool = False, rhyme_group: str | None = None, tones: bool = False):
         if form is None and not acrostic:
-            raise ValueError("VerseConstraint 至少需要 form 或 acrostic 之一")
-        stoi = getattr(tok, "stoi", None)
-        if stoi is None or COMMA not in stoi or PERIOD not in stoi:
-            raise ValueError("诗体约束需要字符分词器，且词表里要有“，”和“。”")
+            what = "押韵/平仄约束" if rhyme or rhyme_group or tones else "VerseConstraint"
+            raise ValueError(f"{what}需要诗体 form 或藏头 acrostic（才知道每句在哪里结束）")
         if form is not None and form not in FORMS:
             raise ValueError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
+        pieces = _pieces(tok)
+        self._id = {}
+        for i, p in enumerate(pieces):
+            self._id.setdefault(p, i)
+        if COMMA not in self._id or PERIOD not in self._id:
+            raise ValueError("诗体约束需要词表里有单独的“，”和“。”词元")
         self.line_len: int | None = None      # None = 由模型在第一句里选 5 或 7
         self.n_lines = len(acrostic) if acrostic else 0
         if form is not None:
@@ -52,102 +83,161 @@ class VerseConstraint:
             bad = [c for c in acrostic if not is_hanzi(c)]
             if bad:
                 raise ValueError(f"藏头字必须是汉字，收到：{'、'.join(map(repr, bad))}")
-            missing = tok.unknown_chars(acrostic)
+            missing = [c for c in dict.fromkeys(acrostic) if c not in self._id]
             if missing:
                 raise ValueError(f"藏头字不在词表里：{'、'.join(missing)}")
             if len(acrostic) != self.n_lines:
                 raise ValueError(f"{form}有 {self.n_lines} 句，藏头字却有 {len(acrostic)} 个")
+            if self.n_lines not in (4, 8):
+                raise ValueError(f"藏头字应有 4 个（绝句）或 8 个（律诗），收到 {len(acrostic)} 个")
         self.form, self.acrostic = form, acrostic or None
-        V = tok.vocab_size
+        self.rhyme_group = resolve_group(rhyme_group) if rhyme_group else None
+        self.rhyme, self.tones = bool(rhyme or rhyme_group), bool(tones)
+        self.fallbacks: set[str] = set()         # 放宽过的约束："平仄" / "押韵"
         self.eos_id = tok.eos_id
-        self.hanzi = torch.tensor([is_hanzi(c) for c in tok.itos], dtype=torch.bool)   # [V]
-        self._one = {}                                   # 缓存"只允许一个词元"的掩码
-        self._stoi, self._V = stoi, V
+        self._V = tok.vocab_size
+        chars = [p if len(p) == 1 and is_hanzi(p) else None for p in pieces]
+        self._chars = chars
+        self.hanzi = self._mask(lambda c: True)                                  # [V]
+        self._tone_ok = {t: self._mask(lambda c, t=t: tone(c) in (t, BOTH)) for t in (PING, ZE)}
+        self._known = self._mask(lambda c: tone(c) is not None)
+        self._ends = [self._ids(end_marks(i)) for i in (0, 1)]                  # 单数句 / 双数句
+        self._cache: dict = {}
+        self._states: dict[str, State] = {}
+
+    # ---------------------------------------------------------------- 掩码的零件
+    def _mask(self, keep) -> torch.Tensor:
+        return torch.tensor([c is not None and keep(c) for c in self._chars], dtype=torch.bool)
+
+    def _ids(self, chars: str) -> torch.Tensor:
+        m = torch.zeros(self._V, dtype=torch.bool)
+        m[[self._id[c] for c in chars if c in self._id]] = True
+        return m
+
+    def only(self, token_id: int) -> torch.Tensor:
+        key = ("only", token_id)
+        if key not in self._cache:
+            m = torch.zeros(self._V, dtype=torch.bool)
+            m[token_id] = True
+            self._cache[key] = m
+        return self._cache[key]
+
+    def _rhyme_mask(self, groups: frozenset | None) -> torch.Tensor:
+        key = ("rhyme", groups)
+        if key not in self._cache:
+            if groups is None:
+                groups = {self.rhyme_group} if self.rhyme_group else set(group_names(PING))
+            self._cache[key] = self._mask(lambda c: bool(set(ping_groups(c)) & groups))
+        return self._cache[key]
 
     # ---------------------------------------------------------------- 解析
     def punct(self, line: int) -> str:
-        """第 line 句（从 0 数）的句末标点：单数句"，"，双数句与最后一句"。"。"""
-        return PERIOD if line % 2 == 1 or line == self.n_lines - 1 else COMMA
+        """第 line 句（从 0 数）的标准句末标点："，"或"。"。"""
+        return end_marks(line)[0]
+
+    def _step(self, s: State, ch: str) -> State:
+        line, count, L, cur, prev, groups = s
+        if line >= self.n_lines:
+            raise ValueError(f"这首诗已经写完 {self.n_lines} 句，后面不能再有“{ch}”")
+        if ch in PUNCT:
+            if not (count == L if L is not None else count in (5, 7)):
+                raise ValueError(f"第 {line + 1} 句有 {count} 个字，应为 {L if L else '5 或 7'} 个")
+            if ch not in end_marks(line):
+                raise ValueError(f"第 {line + 1} 句应以“{'”“'.join(end_marks(line))}”之一结尾，"
+                                 f"收到“{ch}”")
+            return State(line + 1, 0, count, (), cur, groups)
+        if not is_hanzi(ch):
+            raise ValueError(f"格式约束下不能出现字符 {ch!r}（只允许汉字与句末标点）")
+        if count == 0 and self.acrostic and ch != self.acrostic[line]:
+            raise ValueError(f"藏头诗第 {line + 1} 句应以“{self.acrostic[line]}”开头，收到“{ch}”")
+        if count + 1 > (L or 7):
+            raise ValueError(f"第 {line + 1} 句超过了 {L or 7} 个字")
+        if self.rhyme and line % 2 == 1 and count + 1 == L and groups != frozenset():
+            pool = groups if groups is not None else (
+                {self.rhyme_group} if self.rhyme_group else set(group_names(PING)))
+            groups = frozenset(set(ping_groups(ch)) & pool)       # 空 = 这个韵脚不押韵
+        return State(line, count + 1, L, cur + (tone(ch),), prev, groups)
+
+    def _parse(self, poem: str) -> State:
+        if poem in self._states:
+            return self._states[poem]
+        s = self._parse(poem[:-1]) if poem else State(0, 0, self.line_len, (), (), None)
+        if poem:
+            s = self._step(s, poem[-1])
+        if len(self._states) > 20000:
+            self._states.clear()
+        self._states[poem] = s
+        return s
 
     def state(self, poem: str) -> tuple[int, int, int | None]:
         """解析当前这首诗已有的文本 → (第几句, 这一句已有几个字, 每句字数或 None)。
 
-        文本不符合约束（字数不对、标点不对、藏头字不对、多余的字）时抛出 ValueError。
+        文本不符合约束（字数不对、标点不对、藏头字不对、多余的字、要求押韵时韵脚不押韵）时
+        抛出 ValueError。
         """
-        line, count, L = 0, 0, self.line_len
-        for ch in poem:
-            if line >= self.n_lines:
-                raise ValueError(f"这首诗已经写完 {self.n_lines} 句，后面不能再有“{ch}”")
-            if ch in (COMMA, PERIOD):
-                ok_len = count == L if L is not None else count in (5, 7)
-                if not ok_len:
-                    raise ValueError(f"第 {line + 1} 句有 {count} 个字，"
-                                     f"应为 {L if L else '5 或 7'} 个")
-                if ch != self.punct(line):
-                    raise ValueError(f"第 {line + 1} 句应以“{self.punct(line)}”结尾，收到“{ch}”")
-                L, line, count = count, line + 1, 0
-            elif is_hanzi(ch):
-                if count == 0 and self.acrostic and ch != self.acrostic[line]:
-                    raise ValueError(f"藏头诗第 {line + 1} 句应以“{self.acrostic[line]}”开头，"
-                                     f"收到“{ch}”")
-                count += 1
-                if count > (L or 7):
-                    raise ValueError(f"第 {line + 1} 句超过了 {L or 7} 个字")
-            else:
-                raise ValueError(f"格式约束下不能出现字符 {ch!r}（只允许汉字、“，”和“。”）")
-        return line, count, L
+        for i in range(len(poem)):             # 先逐字解析，避免很长的提示递归太深
+            self._parse(poem[:i])
+        s = self._parse(poem)
+        if self.rhyme and s.groups == frozenset():
+            want = f"{self.rhyme_group}的字" if self.rhyme_group else "同一平声韵部的字"
+            raise ValueError(f"要求押韵，但已有的双数句末字不是{want}")
+        return s.line, s.count, s.L
 
     # ---------------------------------------------------------------- 掩码
-    def only(self, token_id: int) -> torch.Tensor:
-        if token_id not in self._one:
-            m = torch.zeros(self._V, dtype=torch.bool)
-            m[token_id] = True
-            self._one[token_id] = m
-        return self._one[token_id]
+    def _tone_target(self, s: State) -> set[str] | None:
+        """下一个字该是的平仄（可能为空集 = 不限、两个 = 有冲突）；不是讲平仄的位置时 None。"""
+        line, count, L, cur, prev, _ = s
+        P = tone_positions(L or 7)
+        if count not in P:
+            return None
+        want = set()
+        k = P.index(count)
+        if k > 0 and cur[P[k - 1]] in _OPPOSITE:                    # 分明
+            want.add(_OPPOSITE[cur[P[k - 1]]])
+        if line % 2 == 1 and prev[count] in _OPPOSITE:              # 对
+            want.add(_OPPOSITE[prev[count]])
+        if line % 2 == 0 and line > 0 and count == 1 and prev[1] in _OPPOSITE:   # 粘
+            want.add(prev[1])
+        return want
+
+    def _hanzi_mask(self, s: State) -> torch.Tensor:
+        parts = []                                          # (名字, 掩码)：按放宽的逆序排列
+        if self.rhyme and s.line % 2 == 1 and s.count + 1 == s.L and s.groups != frozenset():
+            parts.append(("押韵", self._rhyme_mask(s.groups)))
+        target = self._tone_target(s) if self.tones else None
+        if target is not None:
+            key = ("tone", frozenset(target))
+            if key not in self._cache:
+                m = self._known.clone()
+                for t in target:
+                    m &= self._tone_ok[t]
+                self._cache[key] = m
+            parts.append(("平仄", self._cache[key]))
+        while parts:
+            m = self.hanzi
+            for _, p in parts:
+                m = m & p
+            if m.any():
+                return m
+            self.fallbacks.add(parts.pop()[0])              # 先放弃平仄，再放弃押韵
+        return self.hanzi
 
     def allowed(self, poem: str) -> torch.Tensor:
         """下一个词元的允许掩码 [V]（True = 允许）。"""
-        line, count, L = self.state(poem)
-        if line == self.n_lines:
+        s = self._parse(poem)
+        if s.line == self.n_lines:
             return self.only(self.eos_id)                        # 写完了：只能结束
-        end = self._stoi[self.punct(line)]
-        if L is not None and count == L:
-            return self.only(end)                                # 一句写满：只能是句末标点
-        if count == 0 and self.acrostic:
-            return self.only(self._stoi[self.acrostic[line]])    # 藏头：首字固定
-        if L is None and count == 7:
-            return self.only(end)
-        if L is None and count == 5:                             # 第一句：可以在 5 字处收尾
-            return self.hanzi | self.only(end)
-        return self.hanzi
+        ends = self._ends[s.line % 2]
+        if s.count == (s.L or 7):
+            return ends                                          # 一句写满：只能是句末标点
+        if s.count == 0 and self.acrostic:
+            return self.only(self._id[self.acrostic[s.line]])    # 藏头：首字固定
+        m = self._hanzi_mask(s)
+        if s.L is None and s.count == 5:                         # 第一句：可以在 5 字处收尾
+            return m | ends
+        return m
 
     def __repr__(self) -> str:
         return (f"VerseConstraint(form={self.form!r}, acrostic={self.acrostic!r}, "
-                f"lines={self.n_lines}, line_len={self.line_len})")
-
-
-def check_form(poem: str, form: str | None = None, acrostic: str | None = None) -> bool:
-    """一首完整的诗（不含换行）是否符合诗体/藏头要求。测试与笔记本用它来验收输出。"""
-    lines, chars = [], ""
-    for ch in poem:
-        if ch in (COMMA, PERIOD):
-            lines.append((chars, ch))
-            chars = ""
-        elif is_hanzi(ch):
-            chars += ch
-        else:
-            return False
-    if chars or not lines:                                     # 最后一句没有句末标点 / 空诗
-        return False
-    n = len(lines)
-    if form is not None:
-        L, want = FORMS[form]
-        if n != want or any(len(c) != L for c, _ in lines):
-            return False
-    elif len({len(c) for c, _ in lines}) != 1 or len(lines[0][0]) not in (5, 7):
-        return False
-    if acrostic and (n != len(acrostic) or any(c[0] != a for (c, _), a in zip(lines, acrostic))):
-        return False
-    puncts = [p for _, p in lines]
-    want_p = [PERIOD if i % 2 == 1 or i == n - 1 else COMMA for i in range(n)]
-    return puncts == want_p
+                f"lines={self.n_lines}, line_len={self.line_len}, rhyme={self.rhyme}, "
+                f"rhyme_group={self.rhyme_group!r}, tones={self.tones})")

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,99 @@ def split_of(poem: str) -> str:
     """
     h = int(hashlib.sha256(poem.encode("utf-8")).hexdigest()[:8], 16) % 100
     return "train" if h < 90 else ("val" if h < 95 else "test")
+
+
+# ---------------------------------------------------------------- 近似重复与干净的划分
+# 异体字 → 通行字，只用于“两首诗是不是同一首”的比较，从不改动语料本身。这些对子是从近似重复的
+# 诗之间“只差一个字”的句子里统计出来、再逐一人工核对过的（scripts/build_splits.py 会打印候选）；
+# 只收“同一个词的两种写法”，不收“日/月”“晓/晚”这种真正的异文。
+VARIANTS = dict(zip(
+    "鴈猨埽歛堦嗁妬翦罇暎劒櫂飜竝蹏廻徧桮羇鵶棃珮粧彊缾蠭慙遰褭帬煖鏁疎牀峯羣蹤隣敧牕隄嬾悮",
+    "雁猿扫敛阶啼妒剪樽映剑棹翻并蹄回遍杯羁鸦梨佩妆强瓶蜂惭递袅裙暖锁疏床峰群踪邻欹窗堤懒误"))
+_NORMALIZE = str.maketrans(VARIANTS)
+_LINE_END = re.compile(r"[，。？！；]")
+
+
+def normalize_variants(text: str) -> str:
+    """把异体字换成通行字（只为比较）。
+
+    >>> normalize_variants("鴈声远过潇湘去")
+    '雁声远过潇湘去'
+    """
+    return text.translate(_NORMALIZE)
+
+
+def _lines(poem: str) -> list[str]:
+    return [line for line in _LINE_END.split(normalize_variants(poem)) if line]
+
+
+def _near_pairs(poems: list[str]) -> list[tuple[int, int]]:
+    """所有近似重复的诗对 (i, j)，i < j。
+
+    两句“相同”：归一异体字之后至多差一个字（同长）。两首诗近似重复：较短那首至少一半的句子
+    在另一首里有“相同”的句子。用“挖掉一个字”的句子作索引键，整个语料一秒左右。
+    """
+    lines = [_lines(p) for p in poems]
+    index: dict[str, set[int]] = {}
+    for i, ls in enumerate(lines):
+        for line in ls:
+            for k in range(len(line)):
+                index.setdefault(line[:k] + "\0" + line[k + 1:], set()).add(i)
+    pairs = []
+    for i, ls in enumerate(lines):
+        shared: dict[int, int] = {}
+        for line in ls:
+            hits = set().union(*(index[line[:k] + "\0" + line[k + 1:]] for k in range(len(line))))
+            for j in hits:
+                if j > i:
+                    shared[j] = shared.get(j, 0) + 1
+        pairs += [(i, j) for j, n in shared.items() if 2 * n >= min(len(ls), len(lines[j]))]
+    return sorted(pairs)
+
+
+def near_duplicate_groups(poems: list[str]) -> list[list[int]]:
+    """把近似重复的诗（异体字、一字之差的异文、同一首诗的两个版本）连成组。
+
+    返回每组的下标（升序），只列两首及以上的组；组按第一个下标排序。
+
+    >>> near_duplicate_groups(["白日依山尽，黄河入海流。", "白日依山尽，黄河入海留。",
+    ...                        "春眠不觉晓，处处闻啼鸟。"])
+    [[0, 1]]
+    """
+    parent = list(range(len(poems)))
+
+    def root(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for i, j in _near_pairs(poems):
+        parent[root(i)] = root(j)
+    groups: dict[int, list[int]] = {}
+    for i in range(len(poems)):
+        groups.setdefault(root(i), []).append(i)
+    return sorted(g for g in groups.values() if len(g) > 1)
+
+
+def assign_splits(poems: list[str]) -> list[str]:
+    """干净的划分：一组近似重复的诗整组去同一个划分。
+
+    组的去处由组里按字典序最小的那首诗的内容哈希决定（:func:`split_of`，与旧规则同一个哈希），
+    所以结果与诗在文件里的顺序无关；没有近似重复的诗，去处与旧规则完全相同。
+    """
+    out = [split_of(p) for p in poems]
+    for group in near_duplicate_groups(poems):
+        split = split_of(min(poems[i] for i in group))
+        for i in group:
+            out[i] = split
+    return out
+
+
+def leak_count(train_poems: list[str], eval_poems: list[str]) -> int:
+    """评估集里有多少首诗与训练集的某首诗近似重复（判据同 :func:`near_duplicate_groups`）。"""
+    n = len(train_poems)
+    return len({j - n for i, j in _near_pairs(train_poems + eval_poems) if i < n <= j})
 
 
 def poems(text: str) -> list[str]:

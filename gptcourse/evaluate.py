@@ -25,7 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-SENTENCE_MARKS = "，。？！；：、"    # 断句的标点（语料里实际只出现 ，。？！）
+from .verse import PUNCT as SENTENCE_MARKS    # 断句的标点（规则在 verse；语料里只出现 ，。？！）
+
 K_GRID = (1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0)     # 加 k 平滑的候选 k（在验证集上挑）
 LN2 = math.log(2)
 

@@ -11,7 +11,8 @@
   另一段上下文里算出来的，不能直接沿用。
 - 温度 0 = 贪心（argmax）。``seed`` 给定时采样可复现；一批提示中第 i 行使用 ``seed + i``，
   所以 ``generate_batch(prompts, seed=s)[i] == generate(prompts[i], seed=s + i)``。
-- 生成时从不采样 <unk>；``form`` / ``acrostic`` 的格式约束见 :mod:`gptcourse.constraints`。
+- 生成时从不采样 <unk>；``form`` / ``acrostic`` / ``rhyme`` / ``tones`` 的约束见
+  :mod:`gptcourse.constraints`。
 """
 from __future__ import annotations
 
@@ -40,12 +41,10 @@ def eval_mode(model: torch.nn.Module):
             model.train()
 
 
-def _constraint(tok, form, acrostic):
-    if form is None and not acrostic:
+def _constraint(tok, form, acrostic, rhyme=False, rhyme_group=None, tones=False):
+    if form is None and not acrostic and not (rhyme or rhyme_group or tones):
         return None
-    if form is not None and form not in FORMS:
-        raise ValueError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
-    return VerseConstraint(tok, form, acrostic)
+    return VerseConstraint(tok, form, acrostic, rhyme=rhyme, rhyme_group=rhyme_group, tones=tones)
 
 
 def _current_poem(text: str) -> str:
@@ -54,7 +53,8 @@ def _current_poem(text: str) -> str:
 
 def _decode(model, tok, prompts: list[str], *, max_new_tokens: int | None, temperature: float,
             top_k: int | None, top_p: float | None, repetition_penalty: float, seed: int | None,
-            use_cache: bool, form: str | None, acrostic: str | None) -> Iterator[list[int | None]]:
+            use_cache: bool, form: str | None, acrostic: str | None, rhyme: bool = False,
+            rhyme_group: str | None = None, tones: bool = False) -> Iterator[list[int | None]]:
     """逐步产出每一行新生成的 id（这一行还在"喂提示"或已经结束时为 None）。
 
     不同长度的提示怎样成批？所有行从最短提示的长度开始同步前进；较长的提示在它自己的提示
@@ -66,7 +66,7 @@ def _decode(model, tok, prompts: list[str], *, max_new_tokens: int | None, tempe
         raise ValueError("prompts 不能为空")
     if any(not isinstance(p, str) for p in prompts):
         raise ValueError("提示必须是字符串")
-    cons = _constraint(tok, form, acrostic)
+    cons = _constraint(tok, form, acrostic, rhyme, rhyme_group, tones)
     if max_new_tokens is None:
         max_new_tokens = DEFAULT_MAX_NEW_TOKENS
         if cons is not None:       # 正好够写完一整首（每句按 7 字 + 标点算）再加结束符
@@ -151,14 +151,16 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
                    temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                    repetition_penalty: float = 1.0, seed: int | None = None,
                    use_cache: bool = True, form: str | None = None,
-                   acrostic: str | None = None) -> list[str]:
+                   acrostic: str | None = None, rhyme: bool = False,
+                   rhyme_group: str | None = None, tones: bool = False) -> list[str]:
     """一次生成一批提示（长度可以不同）→ 每行 提示 + 续写。第 i 行的种子是 ``seed + i``。"""
     prompts = list(prompts)
     new: list[list[int]] = [[] for _ in prompts]
     for step in _decode(model, tok, prompts, max_new_tokens=max_new_tokens,
                         temperature=temperature, top_k=top_k, top_p=top_p,
                         repetition_penalty=repetition_penalty, seed=seed, use_cache=use_cache,
-                        form=form, acrostic=acrostic):
+                        form=form, acrostic=acrostic, rhyme=rhyme, rhyme_group=rhyme_group,
+                        tones=tones):
         for i, t in enumerate(step):
             if t is not None:
                 new[i].append(t)
@@ -171,12 +173,14 @@ def stream_tokens(model, tok, prompt: str = "", max_new_tokens: int | None = Non
                   temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
                   repetition_penalty: float = 1.0, seed: int | None = None,
                   use_cache: bool = True, form: str | None = None,
-                  acrostic: str | None = None) -> Iterator[str]:
+                  acrostic: str | None = None, rhyme: bool = False,
+                  rhyme_group: str | None = None, tones: bool = False) -> Iterator[str]:
     """逐个产出新生成的文字片段（不含提示与最后的结束符）。拼起来 == generate() 的续写部分。"""
     for (t,) in _decode(model, tok, [prompt], max_new_tokens=max_new_tokens,
                         temperature=temperature, top_k=top_k, top_p=top_p,
                         repetition_penalty=repetition_penalty, seed=seed, use_cache=use_cache,
-                        form=form, acrostic=acrostic):
+                        form=form, acrostic=acrostic, rhyme=rhyme, rhyme_group=rhyme_group,
+                        tones=tones):
         if t is not None and t != tok.eos_id:
             yield tok.decode([t])
 
@@ -184,16 +188,19 @@ def stream_tokens(model, tok, prompt: str = "", max_new_tokens: int | None = Non
 def generate(model, tok, prompt: str = "", max_new_tokens: int | None = None,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              repetition_penalty: float = 1.0, seed: int | None = None, use_cache: bool = True,
-             form: str | None = None, acrostic: str | None = None,
+             form: str | None = None, acrostic: str | None = None, rhyme: bool = False,
+             rhyme_group: str | None = None, tones: bool = False,
              stream: Callable[[str], object] | None = None) -> str:
     """写一首诗 → 提示 + 续写（不含结束符）。
 
     ``max_new_tokens=None``：不加约束时 100；给了 ``form``/``acrostic`` 时正好够写完一首。
+    ``rhyme`` / ``rhyme_group`` / ``tones``：押韵与平仄约束（需要 ``form`` 或 ``acrostic``），
+    见 :mod:`gptcourse.constraints`。
     ``stream``：可选的回调，每生成一个字就调用一次 ``stream(片段)``。
     """
     kw = dict(max_new_tokens=max_new_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
               repetition_penalty=repetition_penalty, seed=seed, use_cache=use_cache, form=form,
-              acrostic=acrostic)
+              acrostic=acrostic, rhyme=rhyme, rhyme_group=rhyme_group, tones=tones)
     if stream is None:
         return generate_batch(model, tok, [prompt], **kw)[0]
     pieces = []
@@ -234,6 +241,11 @@ def cli_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=None, help="随机种子（第 i 首用 seed + i）")
     p.add_argument("--form", choices=list(FORMS), default=None, help="诗体：五绝/五律/七绝/七律")
     p.add_argument("--acrostic", default=None, help="藏头字，例如 春夏秋冬")
+    p.add_argument("--rhyme", action="store_true",
+                   help="押韵：双数句末字同一平声韵部（需要 --form 或 --acrostic）")
+    p.add_argument("--rhyme-group", default=None,
+                   help="指定平声韵部（全名或韵目字，例如 下平七阳 或 阳；隐含 --rhyme）")
+    p.add_argument("--tones", action="store_true", help="平仄：第 2、4、6 字分明、相对、相粘")
     p.add_argument("--stream", action="store_true", help="边生成边输出")
     p.add_argument("--no-cache", action="store_true", help="不用 KV 缓存（每步整段重算，较慢）")
     p.add_argument("--device", default=None, help="cpu / cuda / mps（默认自动选择）")
@@ -250,7 +262,8 @@ def cli_main(args) -> int:
     model, tok, _ = checkpoint.load(args.checkpoint, map_location=str(get_device(args.device)))
     kw = dict(max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
               top_p=args.top_p, repetition_penalty=args.repetition_penalty,
-              use_cache=not args.no_cache, form=args.form, acrostic=args.acrostic)
+              use_cache=not args.no_cache, form=args.form, acrostic=args.acrostic,
+              rhyme=args.rhyme, rhyme_group=args.rhyme_group, tones=args.tones)
     if args.stream:
         for i in range(args.num_samples):
             seed = None if args.seed is None else args.seed + i

@@ -252,6 +252,8 @@ def test_acceptance_checks_and_table():
     assert checks[0].name == "验证集损失 (nats/字)" and checks[0].passed
     assert by["格律合格率"].value == 0.75 and not by["格律合格率"].passed
     assert by["逐句照抄率"].value == pytest.approx(4 / 22)       # 22 句里只有五绝那 4 句
+    assert by["押韵率"].value == 0.75                           # 不合诗体的那首不算押韵
+    assert by["平仄合格率"].value == 1.0                      # 三首合格的诗每条可判断的规则都成立
     assert by["与训练集最长公共子串 (字, 平均)"].value == pytest.approx(
         sum(_brute_longest(p, train) for p in poems) / 4)
     table = acceptance_table(checks)
@@ -260,9 +262,9 @@ def test_acceptance_checks_and_table():
     assert table.splitlines()[-1].startswith("结论：不放行 FAIL")
     relaxed = acceptance_checks(poems, train, thresholds={
         "form_rate": 0.5, "copied_lines": 0.5, "longest_shared": 30, "distinct_1": 0,
-        "distinct_2": 0, "repetition": 1})
+        "distinct_2": 0, "repetition": 1, "rhyme_rate": 0.5, "tonal_share": 0.5})
     assert all(c.passed for c in relaxed)
-    assert acceptance_table(relaxed).endswith("结论：放行 PASS（6/6 项通过）")
+    assert acceptance_table(relaxed).endswith("结论：放行 PASS（8/8 项通过）")
     with pytest.raises(ValueError, match="未知的门槛"):
         acceptance_checks(poems, train, thresholds={"bleu": 1})
     with pytest.raises(ValueError, match="为空"):
@@ -287,7 +289,8 @@ def test_cli_eval_on_a_tiny_checkpoint(tmp_path, capsys):
                       "--samples", "4", "--seed", "1"])
     out = capsys.readouterr().out
     assert rc == 1                                           # 没训练过的模型必须不放行
-    for needle in ("val loss", "二元 (bigram)", "验收", "格律合格率", "结论：不放行 FAIL"):
+    for needle in ("val loss", "二元 (bigram)", "验收", "格律合格率", "押韵率", "平仄合格率",
+                   "结论：不放行 FAIL"):
         assert needle in out
     model_row = next(line for line in out.splitlines() if line.startswith("模型"))
     val = float(model_row.split()[1])

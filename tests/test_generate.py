@@ -9,6 +9,7 @@ import torch
 from gptcourse import checkpoint, cli
 from gptcourse.config import preset
 from gptcourse.constraints import FORMS, VerseConstraint, check_form
+from gptcourse.verse import analyze, group_chars, tone
 from gptcourse.data import load_corpus
 from gptcourse.generate import (apply_repetition_penalty, apply_temperature, generate,
                                 generate_batch, next_token_probs, sample_next, stream_tokens,
@@ -267,11 +268,76 @@ def test_constraint_masks_step_by_step(tok):
     assert only(c.allowed("春风吹")).count("，") == 0 and c.allowed("春风吹").sum() > 1000
     assert only(c.allowed("春风吹绿柳")) == "，"
     assert only(c.allowed("春风吹绿柳，")) == "夏"
-    assert only(c.allowed("春风吹绿柳，夏日照江流")) == "。"
+    assert set(only(c.allowed("春风吹绿柳，夏日照江流"))) == set("。？！") & set(tok.itos)
     full = "春风吹绿柳，夏日照江流。秋月明山寺，冬云满客楼。"
     assert check_form(full, "五绝", "春夏秋冬") and only(c.allowed(full)) == "\n"
     assert not check_form("春风吹绿柳，夏日照江流。", "五绝")
     assert not check_form("春风吹绿柳。夏日照江流，", acrostic="春夏")
+
+
+# ---------------------------------------------------------------- 押韵与平仄
+@pytest.mark.parametrize("form", list(FORMS))
+def test_rhyme_and_tones_always_hold_over_20_seeds(tok, rope_model, form):
+    for kw in (dict(rhyme=True), dict(rhyme=True, tones=True)):
+        poems = generate_batch(rope_model, tok, [""] * 20, form=form, seed=7, **kw)   # 种子 7…26
+        for p in poems:
+            a = analyze(p)
+            assert a.form == form and a.rhymes, p
+            if "tones" in kw:                       # 没有一条规则"不成立"（"中"字只会无法判断）
+                assert False not in a.rules.values(), (p, a.rules)
+
+
+def test_rhyme_group_acrostic_and_prompt(tok, rope_model):
+    for p in generate_batch(rope_model, tok, [""] * 5, acrostic="春夏秋冬", rhyme_group="阳",
+                            seed=0):
+        a = analyze(p)
+        assert check_form(p, acrostic="春夏秋冬") and a.rhymes and a.rhyme_group == "下平七阳"
+        assert all(p[i] in group_chars("阳") for i in a.rhyme_positions[-2:])
+    p = generate(rope_model, tok, "白日依山尽，黄河入海流。", form="五律", rhyme=True, seed=3)
+    assert analyze(p).rhyme_group == "下平十一尤"                   # 韵部由提示里的"流"决定
+
+
+def test_rhyme_errors(tok, rope_model):
+    with pytest.raises(ValueError, match="需要诗体"):
+        generate(rope_model, tok, "", rhyme=True)
+    with pytest.raises(ValueError, match="平声韵部"):
+        generate(rope_model, tok, "", form="五绝", rhyme_group="董")
+    with pytest.raises(ValueError, match="不是同一平声韵部"):                  # 鸟：仄声
+        generate(rope_model, tok, "春眠不觉晓，处处闻啼鸟。", form="五绝", rhyme=True)
+    with pytest.raises(ValueError, match="下平七阳"):
+        generate(rope_model, tok, "白日依山尽，黄河入海流。", form="五绝", rhyme_group="阳")
+    with pytest.raises(ValueError, match="4 个（绝句）或 8 个"):
+        generate(rope_model, tok, "", acrostic="春夏秋")
+
+
+def _small(text):
+    t = CharTokenizer.from_text(text + "，。\n")
+    return t, tiny(t, "rope", block_size=64)
+
+
+def test_fallback_relaxes_tones_first_then_rhyme_never_form():
+    chars = "东风红同翁公弓宫"                           # 全是平声（上平一东），没有仄声字
+    assert {tone(ch) for ch in chars} == {"平"}
+    t, m = _small(chars)
+    c = VerseConstraint(t, "五绝", rhyme=True, tones=True)
+    assert c.allowed("东风").equal(c.hanzi) and not c.fallbacks          # 第 3 字不讲平仄
+    assert c.allowed("东风红").equal(c.hanzi) and c.fallbacks == {"平仄"}   # 第 4 字该仄 → 放宽
+    p = generate(m, t, "", form="五绝", rhyme=True, tones=True, seed=0)
+    assert check_form(p, "五绝") and analyze(p).rhyme_group == "上平一东"    # 押韵仍然成立
+    c = VerseConstraint(t, "五绝", rhyme_group="阳")     # 词表里没有阳韵的字 → 放宽押韵
+    assert c.allowed("东风红同公，东风红同").equal(c.hanzi) and c.fallbacks == {"押韵"}
+    p = generate(m, t, "", form="五绝", rhyme_group="阳", seed=1)
+    assert check_form(p, "五绝") and analyze(p).rhyme_group != "下平七阳"     # 诗体永不放宽
+
+
+def test_pieces_come_from_the_tokenizer_protocol(tok):
+    class WithPieces:                                      # 分词器协议：piece(i) 是一个词元的文字
+        vocab_size, eos_id = 5, 4
+
+        def piece(self, i):
+            return ["春风", "，", "。", "花", "\n"][i]
+    c = VerseConstraint(WithPieces(), "五绝")
+    assert c.hanzi.tolist() == [False, False, False, True, False]   # "春风"不是一个字：不允许
 
 
 def test_next_token_probs(tok, rope_model):
@@ -307,3 +373,13 @@ def test_shipped_model_greedy_cache_matches_and_forms():
     assert a == generate(model, tk, "", form="七律", temperature=0, use_cache=False)
     assert check_form(generate(model, tk, "", acrostic="春夏秋冬", seed=0, top_p=0.9), None,
                       "春夏秋冬")
+
+
+@pytest.mark.skipif(not checkpoint.SHIPPED.exists(), reason="随课程发布的检查点还不存在")
+def test_shipped_model_rhymes_and_keeps_tones_on_request():
+    model, tk, _ = checkpoint.load()
+    for form in ("五绝", "七律"):
+        for p in generate_batch(model, tk, [""] * 3, form=form, rhyme=True, tones=True, seed=0,
+                                temperature=0.8):
+            a = analyze(p)
+            assert a.form == form and a.rhymes and False not in a.rules.values(), p
