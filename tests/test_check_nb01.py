@@ -192,9 +192,10 @@ def test_bpe_and_hygiene_checkers_reject_typical_mistakes(name, capsys):
 
 
 def test_plain_near_duplicate_really_differs_only_on_variants():
-    a, b = "城北无饥鸦，城南有战马。", "城北无饥鵶，城南有战马。"
-    assert nb01_bpe.solution_near_duplicate(a, b) and _plain_near(a + a, b + b) is True
-    assert _plain_near("城北无饥鸦鸦，城南有战马马。", "城北无饥鵶鵶，城南有战马马。") is False
+    a, b = "雪岫花开几树粧，城北无饥鵶。", "雪峰花开几树妆，城南无饥鸦。"
+    assert nb01_bpe.solution_near_duplicate(a, b) is True
+    assert gc.data.near_duplicate_groups([a, b]) == [[0, 1]]
+    assert _plain_near(a, b) is False
 
 
 def test_shift_xy_must_reject_windows_out_of_range(capsys):

@@ -17,7 +17,7 @@ __all__ = ["build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encode"
 
 # 本笔记本的练习，按出现顺序（检查器名 == 参考答案名）；SOLUTIONS 是各笔记本共用的登记表
 EXERCISES = ("build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encode", "bpe_decode",
-             "guess_compression", "guess_leak", "split_by_poem", "near_duplicate", "shift_xy")
+             "guess_compression", "split_by_poem", "near_duplicate", "guess_leak", "shift_xy")
 
 _POEMS = "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n白日依山尽，黄河入海流。\n"
 
@@ -167,7 +167,7 @@ def split_by_poem(fn: Callable[[str], dict]) -> bool:
         for k, p in enumerate(q for q in text.split("\n") if q.strip()):
             right = next(sp for sp in ("train", "val", "test") if p + "\n" in want[sp])
             if where.get(p) != right:
-                return _fail(f"第 {k + 1} 首诗（{p[:12]}……）应在 {right}，"
+                return _fail(f"split_by_poem：第 {k + 1} 首诗（{p[:12]}……）应在 {right}，"
                              f"你放进了 {where.get(p, '任何划分之外')}")
         return _fail("每首诗的去处都对，但顺序或换行不对：保持原有顺序，每首诗后面保留一个换行")
     return _ok()

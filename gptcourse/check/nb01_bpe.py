@@ -139,8 +139,10 @@ def bpe_train(fn) -> bool:
 @exercise
 def bpe_encode(fn) -> bool:
     """练习：``fn(text, merges) -> ids``，结果必须与 ``BPETokenizer.encode`` 相同。"""
-    tok = BPETokenizer.train(_TEXT * 3, vocab_size=330)
-    for text in ("明月", "床前明月光，疑是地上霜。", _TEXT, "春风🙂 abc\n", ""):
+    trained = BPETokenizer.train(_TEXT * 3, vocab_size=330)
+    ordered = BPETokenizer({(98, 99): 256, (97, 98): 257})   # “ab” 更常见，但 “bc” 学得更早
+    cases = [(trained, t) for t in ("明月", "床前明月光，疑是地上霜。", _TEXT, "春风🙂 abc\n", "")]
+    for tok, text in cases + [(ordered, "abcab")]:
         got, err = _call(fn, text, dict(tok.merges))
         if err:
             return _fail(f"bpe_encode({text[:8]!r}…) {err}")
@@ -220,7 +222,10 @@ _NEAR_CASES = [
     ("春眠不觉晓，处处闻啼鸟。", "秋眠不知晓，处处闻啼鸟。", "一句差两个字、一句相同"),
     ("床前明月光，疑是地上霜。", "床前明月光，疑是地上霜。举头望明月，低头思故乡。",
      "短的两句都在长的四句里（按较短那首算一半）"),
+    ("床前明月光，疑是地上霜。举头望明月，低头思故乡。", "床前明月光，江上一孤舟。",
+     "短的那首两句里有一句在长的里面（正好是较短那首的一半）"),
     ("白日依山尽，黄河入海流。", "白日依山尽远，黄河入海流。", "句长不同不算“差一个字”"),
+    ("雪岫花开几树粧，城北无饥鵶。", "雪峰花开几树妆，城南无饥鸦。", "每句一个异体字加一个异文"),
 ]
 
 

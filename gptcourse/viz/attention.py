@@ -176,10 +176,10 @@ def plot_offset_profiles(profiles: Mapping[str, np.ndarray], head_names: Sequenc
     size = (4.6 * len(arrays) + 1.0, 0.28 * n_heads + 1.6)
     fig, axes = plt.subplots(1, len(arrays), figsize=size, squeeze=False)
     vmax = max(float(a.max()) for a in arrays.values())
-    for ax, (name, a) in zip(axes[0], arrays.items()):
+    for k, (ax, (name, a)) in enumerate(zip(axes[0], arrays.items())):
         im = ax.imshow(a, cmap="magma", vmin=0.0, vmax=vmax, aspect="auto")
         ax.set_xticks(range(a.shape[1]))
-        ax.set_yticks(range(n_heads), labels=list(head_names), fontsize=8)
+        ax.set_yticks(range(n_heads), labels=list(head_names) if k == 0 else [], fontsize=8)
         ax.set_xlabel("偏移 o（查询往前数第 o 个词元；0 = 自己）")
         ax.set_title(name)
     fig.colorbar(im, ax=axes, fraction=0.03, pad=0.02, label="平均注意力权重")
