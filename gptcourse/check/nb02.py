@@ -17,6 +17,7 @@ from ..config import preset
 from ..model import GPT, Block, count_parameters
 from ..rope import rope_angles
 from ._common import SOLUTIONS, _call, _fail, _ok, exercise
+from .nb01_bpe import check_choice
 
 __all__ = ["EXERCISE_CONFIG", "causal_mask", "scaled_attention", "guess_saturation",
            "split_merge_heads", "rope_pair", "layernorm", "gpt_block", "gpt_model", "leaky_model",
@@ -127,16 +128,6 @@ SOLUTIONS.update({
 
 
 # ---------------------------------------------------------------- 小工具
-def _choice(guess, options: str) -> str | None:
-    """把“B”、“ b ”、“(B)”都规范成 “B”；不是选项之一时返回 None。"""
-    g = str(guess).strip().strip("()（）.。").upper()
-    return g if len(g) == 1 and g in options else None
-
-
-def _not_a_choice(guess, options: str) -> bool:
-    return _fail(f"请填一个选项字母（{'、'.join(options)}），收到 {guess!r}")
-
-
 def _rope(cfg, T):
     if cfg.pos != "rope":
         return None
@@ -262,16 +253,10 @@ def scaled_attention(fn) -> bool:
 @exercise
 def guess_saturation(guess) -> bool:
     """预测题：不缩放时，head_dim 从 16 增大到 256，softmax 的权重与梯度会怎样？"""
-    g = _choice(guess, "ABC")
-    if g is None:
-        return _not_a_choice(guess, "ABC")
-    if g == "B":
-        return _ok()
-    if g == "A":
-        return _fail("反了：q·k 是 D 项之和，标准差约为 √D。D 越大分数越大，"
-                     "softmax 越接近 one-hot，"
-                     "而接近 one-hot 的 softmax 梯度接近 0")
-    return _fail("会变：不缩放时分数的标准差随 √D 增长，softmax 会越来越“尖”")
+    return check_choice(guess, "B", {
+        "A": "反了：q·k 是 D 项之和，标准差约为 √D。D 越大分数越大，softmax 越接近 one-hot，"
+             "而接近 one-hot 的 softmax 梯度接近 0",
+        "C": "会变：不缩放时分数的标准差随 √D 增长，softmax 会越来越“尖”"})
 
 
 @exercise
@@ -494,28 +479,18 @@ def leaky_model(make_leaky, model) -> bool:
 @exercise
 def guess_norm(guess) -> bool:
     """预测题：8 层的小模型，同样的学习率、不预热、同样的步数，Pre-Norm 与 Post-Norm 谁更低？"""
-    g = _choice(guess, "ABC")
-    if g is None:
-        return _not_a_choice(guess, "ABC")
-    if g == "A":
-        return _ok()
-    if g == "B":
-        return _fail("Post-Norm 把归一化挡在残差路径上，梯度回到前面的层要穿过每一个归一化；"
-                     "不预热、学习率较大时它学得更慢")
-    return _fail("差别不小：看下面实验里两条曲线的终点")
+    return check_choice(guess, "A", {
+        "B": "Post-Norm 把归一化挡在残差路径上，梯度回到前面的层要穿过每一个归一化；"
+             "不预热、学习率较大时它学得更慢",
+        "C": "差别不小：看下面实验里两条曲线的终点"})
 
 
 @exercise
 def guess_init_growth(guess) -> bool:
     """预测题：残差投影不按 1/√(2L) 缩小时，初始化的残差流标准差随深度怎样变化？"""
-    g = _choice(guess, "ABC")
-    if g is None:
-        return _not_a_choice(guess, "ABC")
-    if g == "B":
-        return _ok()
-    if g == "A":
-        return _fail("每个块都往残差流上“加”一份独立的东西，方差会累加，不会保持不变")
-    return _fail("残差流是一路相加过来的：加的项越多，标准差越大，不会变小")
+    return check_choice(guess, "B", {
+        "A": "每个块都往残差流上“加”一份独立的东西，方差会累加，不会保持不变",
+        "C": "残差流是一路相加过来的：加的项越多，标准差越大，不会变小"})
 
 
 @exercise
