@@ -120,6 +120,7 @@ def test_walkthrough_figure_shows_the_traced_values():
     assert boxes[-1] == ("贪心解码", "下一个字：来")
     fig = viz.walkthrough.plot_walkthrough(trace)
     t = texts(fig)
-    for s in ("[−0.8884, 1.9884]", "0.6964", "logits [−1, 1, 2, −2]", "权重 [0.0558, 0.9442]"):
+    for s in ("[−0.8884, 1.9884]", "0.6964", "logits [−1, 1, 2, −2]", "春 0.0558、天 0.9442",
+              "春 −1.41、天 1.41"):
         assert s in t, s
     draw_without_missing_glyphs(fig)
