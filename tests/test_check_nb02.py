@@ -166,6 +166,7 @@ REFERENCE = {
     "scaled_attention": lambda: (nb02.solution_scaled_attention,),
     "causal_mask": lambda: (nb02.solution_causal_mask,),
     "guess_saturation": lambda: (nb02.solution_guess_saturation(),),
+    "guess_sqrt_c": lambda: (nb02.solution_guess_sqrt_c(),),
     "split_merge_heads": lambda: (nb02.solution_split_heads, nb02.solution_merge_heads),
     "rope_pair": lambda: (nb02.solution_rope_pair,),
     "layernorm": lambda: (nb02.solution_layernorm,),
@@ -257,6 +258,7 @@ def test_scaled_attention(capsys):
 
 def test_prediction_questions(capsys):
     for name, right, wrongs in (("guess_saturation", "B", "AC"), ("guess_norm", "A", "BC"),
+                                ("guess_sqrt_c", "B", "AC"),
                                 ("guess_init_growth", "B", "AC")):
         checker = getattr(nb02, name)
         assert passes(capsys, checker, right)[0]

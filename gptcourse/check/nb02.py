@@ -19,12 +19,12 @@ from .nb02_model import (_CFGS, EXERCISE_CONFIG, gpt_block, gpt_model,  # noqa: 
                          solution_param_count)
 
 __all__ = ["EXERCISE_CONFIG", "causal_mask", "scaled_attention", "guess_saturation",
-           "split_merge_heads", "rope_pair", "layernorm", "gpt_block", "gpt_model", "leaky_model",
-           "guess_norm", "guess_init_growth", "param_count", "guess_offset"]
+           "guess_sqrt_c", "split_merge_heads", "rope_pair", "layernorm", "gpt_block", "gpt_model",
+           "leaky_model", "guess_norm", "guess_init_growth", "param_count", "guess_offset"]
 
-EXERCISES = ("scaled_attention", "causal_mask", "guess_saturation", "split_merge_heads",
-             "rope_pair", "layernorm", "gpt_block", "gpt_model", "leaky_model", "guess_norm",
-             "guess_init_growth", "param_count", "guess_offset")
+EXERCISES = ("scaled_attention", "causal_mask", "guess_saturation", "guess_sqrt_c",
+             "split_merge_heads", "rope_pair", "layernorm", "gpt_block", "gpt_model",
+             "leaky_model", "guess_norm", "guess_init_growth", "param_count", "guess_offset")
 
 
 # ---------------------------------------------------------------- 参考答案
@@ -71,6 +71,10 @@ def solution_guess_saturation() -> str:
     return "B"          # 不缩放：D 越大，分数越大，softmax 越接近 one-hot，梯度越小
 
 
+def solution_guess_sqrt_c() -> str:
+    return "B"          # ÷√C 比 ÷√D 多缩小 √H 倍：分数更小，softmax 更平
+
+
 def solution_guess_norm() -> str:
     return "A"          # Pre-Norm 的残差是一条直通的路，深的模型同样的步数学得更好
 
@@ -93,6 +97,7 @@ SOLUTIONS.update({
     "gpt_block": solution_block_forward,
     "param_count": solution_param_count,
     "guess_saturation": solution_guess_saturation,
+    "guess_sqrt_c": solution_guess_sqrt_c,
     "guess_norm": solution_guess_norm,
     "guess_init_growth": solution_guess_init_growth,
     "guess_offset": solution_guess_offset,
@@ -172,6 +177,14 @@ def guess_saturation(guess) -> bool:
         "A": "反了：q·k 是 D 项之和，标准差约为 √D。D 越大分数越大，softmax 越接近 one-hot，"
              "而接近 one-hot 的 softmax 梯度接近 0",
         "C": "会变：不缩放时分数的标准差随 √D 增长，softmax 会越来越“尖”"})
+
+
+@exercise
+def guess_sqrt_c(guess) -> bool:
+    """预测题：多头注意力里改成除以 √n_embd（而不是 √head_dim），注意力分布会怎样？"""
+    return check_choice(guess, "B", {
+        "A": "反了：C = H·D 比 D 大，除以 √C 让分数更小，softmax 更接近平均",
+        "C": "会变：除以 √C 比除以 √D 多缩小了 √H 倍"})
 
 
 @exercise

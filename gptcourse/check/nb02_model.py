@@ -215,7 +215,7 @@ def leaky_model(make_leaky, model) -> bool:
         return _fail(f"第二个参数应是你的模型（nn.Module），收到 {type(model).__name__}")
     original = leak_test(model)
     if original[0] != 0.0:
-        return _fail("传进来的模型本身就泄漏了：请传入第 7 节那个通过泄漏测试的模型")
+        return _fail("传进来的模型本身就泄漏了：请传入一个通过泄漏测试的模型（如 mine）")
     leaky, err = _call(make_leaky, copy.deepcopy(model).eval())
     if err:
         return _fail(err)
