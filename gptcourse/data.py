@@ -191,6 +191,30 @@ def load_corpus(name: str = "tang_jinti", data_dir: Path | str | None = None) ->
     return Corpus(name=name, description=description, **parts)
 
 
+def load_meta(data_dir: Path | str | None = None) -> list[dict[str, str]]:
+    """data/tang_jinti_meta.tsv：每首近体诗的划分、作者、标题与正文（按来源顺序，划分与语料文件一致）。"""
+    root = Path(data_dir) if data_dir is not None else DATA_DIR
+    path = root / "tang_jinti_meta.tsv"
+    if not path.exists():
+        raise FileNotFoundError(f"找不到 {path.name}（应在 {root} 中）")
+    lines = _read(path).rstrip("\n").split("\n")
+    header = lines[0].split("\t")
+    return [dict(zip(header, line.split("\t"))) for line in lines[1:]]
+
+
+TITLE_MARKS = "《》"        # 标题的书名号：课程模型的词表里预留了它们（以题作诗）
+
+
+def vocabulary_text(corpus: Corpus) -> str:
+    """课程模型的词表由哪些字组成：训练集的正文，加上训练集诗的标题和书名号《》。
+
+    标题里的字与书名号预先放进词表，以题作诗的微调就不必改动词表（嵌入矩阵的形状不变）。
+    """
+    titles = "".join(r["title"] for r in load_meta() if r["split"] == "train") \
+        if corpus.name == "tang_jinti" else ""
+    return corpus.train + titles + TITLE_MARKS
+
+
 def poem_starts(ids: torch.Tensor, eos_id: int, block_size: int) -> torch.Tensor:
     """每首诗前面那个换行符的位置（且从那里能切出完整窗口）。
 

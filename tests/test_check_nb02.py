@@ -11,7 +11,6 @@ import torch.nn.functional as F
 import gptcourse as gc
 from gptcourse.check import _common, nb02
 from gptcourse.model import GPT, count_parameters
-from conftest import passes  # 练习检查器的共用断言：返回值与"正确 ✓"一致
 
 
 # ---------------------------------------------------------------- 一个学员会写的模型（参考答案）
@@ -188,13 +187,13 @@ def test_every_exercise_is_listed_exported_and_has_a_reference():
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
-def test_reference_solutions_pass(name, capsys):
-    assert passes(capsys, getattr(nb02, name), *REFERENCE[name]())[0]
+def test_reference_solutions_pass(passes, name, capsys):
+    assert passes(getattr(nb02, name), *REFERENCE[name]())[0]
     assert _common.RESULTS[name]["passed"] is True
 
 
-def test_leaky_model_reference_passes(capsys, learner_model):
-    assert passes(capsys, nb02.leaky_model, _leaky, learner_model)[0]
+def test_leaky_model_reference_passes(passes, learner_model):
+    assert passes(nb02.leaky_model, _leaky, learner_model)[0]
     assert nb02.leak_test(learner_model)[0] == 0.0                  # 原模型没有被改动
 
 
@@ -205,19 +204,19 @@ def test_show_solution(capsys):
     assert "def solution_build_vocab" in capsys.readouterr().out
 
 
-def test_stubs_and_none_say_not_done(capsys):
+def test_stubs_and_none_say_not_done(passes, capsys):
     def stub(*a):
         raise NotImplementedError("提示：写一写")
 
     for name in ("causal_mask", "scaled_attention", "rope_pair", "layernorm"):
-        ok, out = passes(capsys, getattr(nb02, name), stub)
+        ok, out = passes(getattr(nb02, name), stub)
         assert not ok and "还没完成" in out
     for name in ("guess_saturation", "guess_norm", "guess_offset", "param_count"):
-        ok, out = passes(capsys, getattr(nb02, name), None)
+        ok, out = passes(getattr(nb02, name), None)
         assert not ok and "还没完成" in out
 
 
-def test_causal_mask(capsys):
+def test_causal_mask(passes, capsys):
     cases = {"triu": lambda T: torch.triu(torch.ones(T, T)).bool(),
              "反了": lambda T: ~torch.tril(torch.ones(T, T)).bool(),
              "bool": lambda T: torch.tril(torch.ones(T, T)),
@@ -225,7 +224,7 @@ def test_causal_mask(capsys):
              "未来": lambda T: torch.ones(T, T).bool(),
              "ZeroDivisionError": lambda T: 1 / 0}
     for hint, fn in cases.items():
-        ok, out = passes(capsys, nb02.causal_mask, fn)
+        ok, out = passes(nb02.causal_mask, fn)
         assert not ok and hint in out, (hint, out)
 
 
@@ -242,7 +241,7 @@ def _softmax_dim_minus_2(q, k, v):
     return torch.nan_to_num(F.softmax(att, dim=-2)) @ v
 
 
-def test_scaled_attention(capsys):
+def test_scaled_attention(passes, capsys):
     sdpa = F.scaled_dot_product_attention
     cases = {"因果掩码": lambda q, k, v: sdpa(q, k, v),
              "√D": lambda q, k, v: sdpa(q, k, v, is_causal=True, scale=1.0),
@@ -252,34 +251,34 @@ def test_scaled_attention(capsys):
              "softmax 之后": _masked_after_softmax,
              "形状": lambda q, k, v: q[..., 0]}
     for hint, fn in cases.items():
-        ok, out = passes(capsys, nb02.scaled_attention, fn)
+        ok, out = passes(nb02.scaled_attention, fn)
         assert not ok and hint in out, (hint, out)
 
 
-def test_prediction_questions(capsys):
+def test_prediction_questions(passes, capsys):
     for name, right, wrongs in (("guess_saturation", "B", "AC"), ("guess_norm", "A", "BC"),
                                 ("guess_sqrt_c", "B", "AC"),
                                 ("guess_init_growth", "B", "AC")):
         checker = getattr(nb02, name)
-        assert passes(capsys, checker, right)[0]
-        assert passes(capsys, checker, f" ({right.lower()}) ")[0]     # 大小写、括号、空格都接受
+        assert passes(checker, right)[0]
+        assert passes(checker, f" ({right.lower()}) ")[0]     # 大小写、括号、空格都接受
         for w in wrongs:
-            ok, out = passes(capsys, checker, w)
+            ok, out = passes(checker, w)
             assert not ok and "还不对" in out
-        ok, out = passes(capsys, checker, "D")
+        ok, out = passes(checker, "D")
         assert not ok and "选项字母" in out
-    ok, out = passes(capsys, nb02.guess_saturation, "A")
+    ok, out = passes(nb02.guess_saturation, "A")
     assert "√D" in out and "梯度" in out
 
 
-def test_guess_offset(capsys):
-    assert passes(capsys, nb02.guess_offset, 5)[0]
+def test_guess_offset(passes, capsys):
+    assert passes(nb02.guess_offset, 5)[0]
     for n, hint in ((6, "t+1"), (7, "t+1"), (4, "标点"), (12, "6 个词元"), ("五", "整数")):
-        ok, out = passes(capsys, nb02.guess_offset, n)
+        ok, out = passes(nb02.guess_offset, n)
         assert not ok and hint in out, (n, out)
 
 
-def test_split_merge_heads(capsys):
+def test_split_merge_heads(passes, capsys):
     def split_no_transpose(x, h):
         B, T, C = x.shape
         return x.view(B, h, T, C // h)
@@ -292,70 +291,70 @@ def test_split_merge_heads(capsys):
         B, H, T, D = y.shape
         return y.reshape(B, T, H * D)
 
-    ok, out = passes(capsys, nb02.split_merge_heads, split_no_transpose, nb02.solution_merge_heads)
+    ok, out = passes(nb02.split_merge_heads, split_no_transpose, nb02.solution_merge_heads)
     assert not ok and "transpose" in out
-    ok, out = passes(capsys, nb02.split_merge_heads, nb02.solution_split_heads, merge_no_contiguous)
+    ok, out = passes(nb02.split_merge_heads, nb02.solution_split_heads, merge_no_contiguous)
     assert not ok and "contiguous" in out
-    ok, out = passes(capsys, nb02.split_merge_heads, nb02.solution_split_heads, merge_no_transpose)
+    ok, out = passes(nb02.split_merge_heads, nb02.solution_split_heads, merge_no_transpose)
     assert not ok and "transpose" in out
 
 
-def test_rope_pair(capsys):
+def test_rope_pair(passes, capsys):
     def backwards(x1, x2, m, th):
         a = m * th
         return x1 * math.cos(a) + x2 * math.sin(a), -x1 * math.sin(a) + x2 * math.cos(a)
 
-    ok, out = passes(capsys, nb02.rope_pair, backwards)
+    ok, out = passes(nb02.rope_pair, backwards)
     assert not ok and "方向反了" in out
-    ok, out = passes(capsys, nb02.rope_pair, lambda x1, x2, m, th: nb02.solution_rope_pair(
+    ok, out = passes(nb02.rope_pair, lambda x1, x2, m, th: nb02.solution_rope_pair(
         x1, x2, 1, th))
     assert not ok and "m·θ" in out
-    ok, out = passes(capsys, nb02.rope_pair, lambda x1, x2, m, th: (2 * x1, 2 * x2))
+    ok, out = passes(nb02.rope_pair, lambda x1, x2, m, th: (2 * x1, 2 * x2))
     assert not ok and "长度" in out
 
 
-def test_layernorm(capsys):
+def test_layernorm(passes, capsys):
     cases = {"无偏": lambda x, eps: (x - x.mean(-1, keepdim=True))
              / torch.sqrt(x.var(-1, keepdim=True) + eps),
              "RMSNorm": lambda x, eps: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps),
              "维度": lambda x, eps: F.layer_norm(x.transpose(-1, -2), (5,)).transpose(-1, -2),
              "不一致": lambda x, eps: x - x.mean(-1, keepdim=True)}
     for hint, fn in cases.items():
-        ok, out = passes(capsys, nb02.layernorm, fn)
+        ok, out = passes(nb02.layernorm, fn)
         assert not ok and hint in out, (hint, out)
 
 
-def test_gpt_block_rejects_the_typical_mistakes(capsys):
+def test_gpt_block_rejects_the_typical_mistakes(passes, capsys):
     for cls, hint in ((PostNorm, "Post-Norm"), (SharedNorm, "norm2"), (NoResidual, "残差"),
                       (Renamed, "对不上")):
-        ok, out = passes(capsys, nb02.gpt_block, cls)
+        ok, out = passes(nb02.gpt_block, cls)
         assert not ok and hint in out, (cls.__name__, out)
 
 
-def test_gpt_model_rejects_the_typical_mistakes(capsys):
+def test_gpt_model_rejects_the_typical_mistakes(passes, capsys):
     for cls, hint in ((NoFinalNorm, "最终归一化"), (NoPositions, "位置嵌入"), (Untied, "共享"),
                       (ReturnsTuple, "元组")):
-        ok, out = passes(capsys, nb02.gpt_model, cls)
+        ok, out = passes(nb02.gpt_model, cls)
         assert not ok and hint in out, (cls.__name__, out)
 
     class WithPostNorm(MyGPT):
         block = PostNorm
 
-    ok, out = passes(capsys, nb02.gpt_model, WithPostNorm)
+    ok, out = passes(nb02.gpt_model, WithPostNorm)
     assert not ok and "不一致" in out
 
 
-def test_leaky_model_rejects_non_leaks(capsys, learner_model):
+def test_leaky_model_rejects_non_leaks(passes, capsys, learner_model):
     for fn, hint in ((lambda m: m, "没有随后文改变"), (_blocked, "NaN"),
                      (lambda m: None, "return"), (lambda m: 3, "nn.Module")):
-        ok, out = passes(capsys, nb02.leaky_model, fn, learner_model)
+        ok, out = passes(nb02.leaky_model, fn, learner_model)
         assert not ok and hint in out, out
     leaky = _leaky(MyGPT(nb02._CFGS[0]).eval())
-    ok, out = passes(capsys, nb02.leaky_model, _leaky, leaky)
+    ok, out = passes(nb02.leaky_model, _leaky, leaky)
     assert not ok and "本身就泄漏" in out
 
 
-def test_param_count(capsys):
+def test_param_count(passes, capsys):
     cfg = nb02.EXERCISE_CONFIG
     truth = count_parameters(GPT(cfg))["total"]
     assert nb02.solution_param_count() == truth
@@ -368,6 +367,6 @@ def test_param_count(capsys):
              truth + L * 3 * C * (426 - Hd): "向上取整", truth + L * 3 * C * (427 - Hd): "向上取整",
              truth + 7: "多", truth - 7: "少", 0: "填", 2.5: "整数", "很多": "整数"}
     for n, hint in cases.items():
-        ok, out = passes(capsys, nb02.param_count, n)
+        ok, out = passes(nb02.param_count, n)
         assert not ok and hint in out, (n, out)
         assert f"{truth:,}" not in out and str(truth) not in out     # 不泄露答案

@@ -9,8 +9,8 @@ import torch.nn.functional as F
 
 import gptcourse as gc
 from gptcourse.acceptance import (Check, SubstringIndex, acceptance_checks, acceptance_table,
-                                  copied_line_rate, distinct_n, is_valid_form, poem_form,
-                                  repetition_rate, split_lines, train_lines)
+                                  constraint_cost, copied_line_rate, distinct_n, is_valid_form,
+                                  poem_form, poem_nll, repetition_rate, split_lines, train_lines)
 from gptcourse.evaluate import (NGramCounts, baselines, loss_by_position, metrics_from_loss,
                                 split_loss, token_losses, uniform_baseline, window_plan)
 
@@ -269,6 +269,25 @@ def test_acceptance_checks_and_table():
         acceptance_checks(poems, train, thresholds={"bleu": 1})
     with pytest.raises(ValueError, match="为空"):
         acceptance_checks([], train)
+
+
+def test_poem_nll_and_constraint_cost(tiny):
+    _, tok, _ = tiny
+    torch.manual_seed(0)
+    model = gc.model.GPT(gc.config.preset("mini", vocab_size=tok.vocab_size, block_size=64,
+                                          n_layer=1, n_head=2, n_embd=32)).eval()
+    ids = [tok.eos_id] + tok.encode(WUJUE)             # 手算：从结束符开始，逐字的 −log p
+    with torch.no_grad():
+        logp = model(torch.tensor([ids[:-1]]))[0][0].log_softmax(-1)             # [24, V]
+    want = -float(logp[torch.arange(len(WUJUE)), torch.tensor(ids[1:])].mean())
+    assert poem_nll(model, tok, [WUJUE, QIJUE])[0] == pytest.approx(want, abs=1e-5)
+    table = constraint_cost(model, tok, n=3, form="五绝", seed=0)
+    assert list(table) == ["自由", "诗体", "诗体+押韵", "诗体+押韵+平仄"]
+    assert all(table[k]["form_rate"] == 1.0 for k in list(table)[1:])
+    assert table["诗体+押韵"]["rhyme_rate"] == table["诗体+押韵+平仄"]["rhyme_rate"] == 1.0
+    assert table["诗体+押韵+平仄"]["tonal_share"] == 1.0
+    with pytest.raises(ValueError, match="空诗"):
+        poem_nll(model, tok, [""])
 
 
 def test_check_direction():

@@ -157,7 +157,7 @@ def test_calibration_on_real_val_poems_sets_the_thresholds():
     val = gc.data.poems(gc.data.load_corpus("tang_jinti").val)
     table = verse.calibration(val, seed=0)
     (r, t), (r_swap, t_swap), (r_shuf, t_shuf) = table["真实"], table["韵脚互换"], table["字序打乱"]
-    assert round(r * len(val)) == 1578 and len(val) == 1801            # 87.6 % 押韵
+    assert round(r * len(val)) == 1553 and len(val) == 1774            # 87.5 % 押韵
     assert 0.93 < t < 0.94 and t_swap == t                             # 换韵脚不动第 2、4、6 字
     assert r_swap < 0.05 and r_shuf < 0.05 and 0.45 < t_shuf < 0.56
     for key, real in (("rhyme_rate", r), ("tonal_share", t)):          # 门槛 = 真实值 × 0.9

@@ -1,0 +1,152 @@
+"""把五个笔记本（含提交的输出）渲染成一个静态网站：主页（课程地图、安装）+ 五章 + 章内目录。
+
+渲染用 nbconvert 的 ``basic`` 模板（只出单元格的 HTML），外面套我们自己的页面：导航、上一章/下一章、
+本章目录。网页打开时什么都不从网络加载：课程的中文字体、样式、代码高亮和 MathJax（来自 PyPI 包
+jupyter-server-mathjax）都复制进 ``assets/``，图是内嵌的 PNG。直接双击 index.html 也能看。
+"""
+from __future__ import annotations
+
+import html
+import re
+import shutil
+from pathlib import Path
+
+import nbformat
+from nbconvert import HTMLExporter
+from nbconvert.filters.markdown_mistune import markdown2html_mistune
+from pygments.formatters import HtmlFormatter
+
+from ..runtime import ROOT
+
+FONT = Path(__file__).resolve().parent.parent / "fonts" / "GPTCourseCJKSans-Regular.otf"
+
+TITLE = "从零构建一个会写唐诗的 GPT"
+STYLE = """
+@font-face { font-family: "GPTCourse CJK Sans"; src: url("GPTCourseCJKSans-Regular.otf"); }
+body { margin: 0; font-family: "GPTCourse CJK Sans", sans-serif; color: #222; background: #fdfbf7;
+       line-height: 1.7; }
+header { background: #7a1f1f; color: #fff; padding: .6em 1.2em; display: flex; gap: 1.2em;
+         align-items: baseline; flex-wrap: wrap; }
+header a { color: #fff; text-decoration: none; } header a.current { border-bottom: 2px solid #fff; }
+header .site { font-size: 1.2em; font-weight: bold; margin-right: 1em; }
+.layout { display: flex; max-width: 1280px; margin: 0 auto; }
+nav.toc { width: 240px; flex: none; padding: 1em; position: sticky; top: 0; align-self: flex-start;
+          max-height: 100vh; overflow-y: auto; font-size: .9em; }
+nav.toc a { display: block; color: #555; text-decoration: none; padding: .15em 0; }
+nav.toc a.h3 { padding-left: 1em; font-size: .95em; }
+main { flex: 1; min-width: 0; padding: 1em 2em 4em; }
+main img { max-width: 100%; height: auto; }
+pre, code { font-family: "DejaVu Sans Mono", monospace, "GPTCourse CJK Sans"; }
+.input_area pre, .highlight pre { background: #f4f1ea; padding: .6em .8em; overflow-x: auto;
+                                  border-left: 3px solid #c9a66b; margin: .4em 0; }
+.output_area pre { background: #fff; padding: .4em .8em; overflow-x: auto; margin: .2em 0; }
+.prompt { display: none; } a.anchor-link { display: none; }
+.output_area { overflow-x: auto; }
+table { border-collapse: collapse; margin: .6em 0; } th, td { border: 1px solid #ddd; padding: .2em .6em; }
+.pager { display: flex; justify-content: space-between; margin-top: 3em; }
+.card { background: #fff; border: 1px solid #e5dccb; border-radius: 6px; padding: .8em 1.2em; margin: 1em 0; }
+.card h2 { margin: .2em 0; } .card h2 a { color: #7a1f1f; text-decoration: none; }
+"""
+MATHJAX_CONFIG = """<script type="text/x-mathjax-config">
+MathJax.Hub.Config({tex2jax: {inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], processEscapes: true},
+  showMathMenu: false, messageStyle: "none"});
+</script>
+<script src="assets/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full"></script>"""
+
+
+def chapters() -> list[Path]:
+    return sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))
+
+
+def _page(title: str, body: str, current: str | None, toc: str = "") -> str:
+    links = "".join(f'<a href="{p.stem}.html"{" class=current" if p.stem == current else ""}>'
+                    f'{html.escape(_short_title(p))}</a>' for p in chapters())
+    return f"""<!DOCTYPE html>
+<html lang="zh-CN"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{html.escape(title)} · {TITLE}</title>
+<link rel="stylesheet" href="assets/style.css"><link rel="stylesheet" href="assets/pygments.css">
+{MATHJAX_CONFIG}
+</head><body>
+<header><a class="site" href="index.html">{TITLE}</a>{links}</header>
+<div class="layout">{f'<nav class="toc">{toc}</nav>' if toc else ''}<main>{body}</main></div>
+</body></html>
+"""
+
+
+def _title(nb: nbformat.NotebookNode) -> str:
+    for cell in nb.cells:
+        m = re.search(r"^#\s+(.+)$", cell.source, flags=re.M) if cell.cell_type == "markdown" else None
+        if m:
+            return m.group(1).strip()
+    return "未命名"
+
+
+def _short_title(path: Path) -> str:
+    title = _title(nbformat.read(path, as_version=4))
+    return title.split("：")[0]                              # “01 · 数据与分词”
+
+
+def _toc(body: str) -> str:
+    items = re.findall(r'<h([23]) id="([^"]+)"[^>]*>(.*?)</h\1>', body, flags=re.S)
+    out = []
+    for level, anchor, inner in items:
+        text = re.sub(r"<[^>]+>", "", inner).replace("¶", "").strip()
+        out.append(f'<a class="h{level}" href="#{anchor}">{html.escape(html.unescape(text))}</a>')
+    return "".join(out)
+
+
+def _intro(nb: nbformat.NotebookNode) -> str:
+    """第一个单元格里的“学习目标”与“预计运行时间”（主页的课程地图用）。"""
+    first = next((c.source for c in nb.cells if c.cell_type == "markdown"), "")
+    goals = re.search(r"##\s*学习目标\s*\n(.*?)(?=\n\*\*|\n##|\Z)", first, flags=re.S)
+    time_line = re.search(r"^\*\*预计运行时间[:：]?\*\*.*$", first, flags=re.M)
+    text = (goals.group(1).strip() if goals else "") + ("\n\n" + time_line.group(0) if time_line else "")
+    return markdown2html_mistune(text)
+
+
+def _readme_section(heading: str) -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    m = re.search(rf"^## {heading}\s*\n(.*?)(?=^## )", readme, flags=re.S | re.M)
+    return markdown2html_mistune(m.group(1)) if m else ""
+
+
+def _assets(out: Path) -> None:
+    assets = out / "assets"
+    assets.mkdir(parents=True, exist_ok=True)
+    (assets / "style.css").write_text(STYLE, encoding="utf-8")
+    (assets / "pygments.css").write_text(HtmlFormatter(style="default").get_style_defs(".highlight"),
+                                         encoding="utf-8")
+    shutil.copy(FONT, assets / "GPTCourseCJKSans-Regular.otf")
+    import jupyter_server_mathjax
+
+    src = Path(jupyter_server_mathjax.__file__).parent / "static"
+    shutil.copytree(src, assets / "mathjax", dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("SVG", "*.map"))
+
+
+def build_site(out: Path) -> Path:
+    """渲染整个网站，返回主页路径。"""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    _assets(out)
+    exporter = HTMLExporter(template_name="basic")
+    cards, paths = [], chapters()
+    for i, path in enumerate(paths):
+        nb = nbformat.read(path, as_version=4)
+        body, _ = exporter.from_notebook_node(nb)
+        prev_link = f'<a href="{paths[i - 1].stem}.html">← {html.escape(_short_title(paths[i - 1]))}</a>' \
+            if i else "<span></span>"
+        next_link = f'<a href="{paths[i + 1].stem}.html">{html.escape(_short_title(paths[i + 1]))} →</a>' \
+            if i + 1 < len(paths) else "<span></span>"
+        body += f'<div class="pager">{prev_link}{next_link}</div>'
+        (out / f"{path.stem}.html").write_text(_page(_title(nb), body, path.stem, _toc(body)),
+                                               encoding="utf-8")
+        cards.append(f'<div class="card"><h2><a href="{path.stem}.html">{html.escape(_title(nb))}</a>'
+                     f'</h2>{_intro(nb)}</div>')
+    home = (f"<h1>{TITLE}</h1><p>五个 Jupyter 笔记本，用 PyTorch 从零搭建、训练、评估并部署一个写唐诗的 GPT。"
+            f"这里是带着运行结果的只读版本；想亲手运行，请按下面的说明安装。</p>"
+            f"<h2>课程地图</h2>{''.join(cards)}<h2>安装与运行</h2>{_readme_section('快速开始')}")
+    index = out / "index.html"
+    index.write_text(_page("主页", home, None), encoding="utf-8")
+    return index
