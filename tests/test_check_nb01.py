@@ -8,7 +8,6 @@ import pytest
 
 import gptcourse as gc
 from gptcourse.check import nb01
-from conftest import passes  # 练习检查器的共用断言：返回值与"正确 ✓"一致
 
 
 @pytest.mark.parametrize("name", nb01.EXERCISES)
@@ -184,10 +183,10 @@ BPE_WRONG = {
 
 
 @pytest.mark.parametrize("name", sorted(BPE_WRONG))
-def test_bpe_and_hygiene_checkers_reject_typical_mistakes(name, capsys):
+def test_bpe_and_hygiene_checkers_reject_typical_mistakes(passes, name, capsys):
     checker = getattr(gc.check.nb01, name)
     for wrong, hint in BPE_WRONG[name]:
-        ok, out = passes(capsys, checker, wrong)
+        ok, out = passes(checker, wrong)
         assert not ok and hint in out, (name, hint, out)
 
 
@@ -198,15 +197,15 @@ def test_plain_near_duplicate_really_differs_only_on_variants():
     assert _plain_near(a, b) is False
 
 
-def test_shift_xy_must_reject_windows_out_of_range(capsys):
+def test_shift_xy_must_reject_windows_out_of_range(passes, capsys):
     def no_check(ids, s, t):
         return ids[s:s + t], ids[s + 1:s + t + 1]
 
-    ok, out = passes(capsys, gc.check.shift_xy, no_check)
+    ok, out = passes(gc.check.shift_xy, no_check)
     assert not ok and "应报错" in out
 
 
-def test_split_by_poem_failure_is_short(capsys):
+def test_split_by_poem_failure_is_short(passes, capsys):
     def wrong_threshold(text):
         parts = {"train": [], "val": [], "test": []}
         for p in text.split("\n"):
@@ -215,5 +214,5 @@ def test_split_by_poem_failure_is_short(capsys):
                 parts["train" if h < 80 else ("val" if h < 95 else "test")].append(p + "\n")
         return {k: "".join(v) for k, v in parts.items()}
 
-    ok, out = passes(capsys, gc.check.split_by_poem, wrong_threshold)
+    ok, out = passes(gc.check.split_by_poem, wrong_threshold)
     assert not ok and "应在 train" in out and len(out) < 200
