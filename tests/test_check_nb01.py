@@ -1,6 +1,9 @@
 """练习检查器：参考答案必须通过，典型的错误答案必须被指出。"""
 from __future__ import annotations
 
+import hashlib
+import re
+
 import pytest
 
 import gptcourse as gc
@@ -9,7 +12,9 @@ from gptcourse.check import nb01
 
 @pytest.mark.parametrize("name", nb01.EXERCISES)
 def test_reference_solutions_pass(name, capsys):
-    assert getattr(gc.check, name)(nb01.SOLUTIONS[name]) is True
+    ref = nb01.SOLUTIONS[name]
+    arg = ref() if name.startswith("guess_") else ref                # 预测题的答案是一个值
+    assert getattr(gc.check, name)(arg) is True
     assert "正确 ✓" in capsys.readouterr().out
 
 
@@ -75,7 +80,8 @@ def test_unfinished_exercise_says_not_done_and_is_recorded(capsys):
 
 
 def test_every_exercise_has_a_wrong_answer_test():
-    assert set(WRONG) == set(nb01.EXERCISES)
+    assert set(WRONG) | set(BPE_WRONG) == set(nb01.EXERCISES)
+    assert len(nb01.EXERCISES) >= 8
 
 
 def test_show_solution(capsys):
@@ -83,3 +89,130 @@ def test_show_solution(capsys):
     assert "def solution_shift_xy" in capsys.readouterr().out
     with pytest.raises(ValueError, match="可选"):
         gc.check.show_solution("nope")
+
+
+# ---------------------------------------------------------------- BPE、预测题与近似重复（nb01_bpe）
+from gptcourse.check import nb01_bpe  # noqa: E402
+
+
+def _train_first_seen(text, vocab_size):
+    chunks = [list(c.encode("utf-8")) for c in gc.bpe.split_chunks(text)]
+    merges = {}
+    for idx in range(256, vocab_size):
+        counts = {}
+        for ids in chunks:
+            gc.bpe.get_stats(ids, counts)
+        if not counts:
+            break
+        pair = max(counts, key=counts.get)                     # 并列时取先出现的，而不是最小的
+        merges[pair] = idx
+        chunks = [gc.bpe.merge(ids, pair, idx) for ids in chunks]
+    return merges
+
+
+def _train_never_stops(text, vocab_size):
+    merges = nb01_bpe.solution_bpe_train(text, vocab_size)
+    n = len(merges)
+    return {**merges, **{(0, i): 256 + n + i for i in range(vocab_size - 256 - n)}}
+
+
+def _encode_most_frequent(text, merges):
+    out = []
+    for chunk in gc.bpe.split_chunks(text):
+        ids = list(chunk.encode("utf-8"))
+        while True:
+            stats = gc.bpe.get_stats(ids)
+            known = [p for p in stats if p in merges]
+            if not known:
+                break
+            pair = max(known, key=lambda p: (stats[p], -merges[p]))   # 出现最多的，而不是学得最早的
+            ids = gc.bpe.merge(ids, pair, merges[pair])
+        out.extend(ids)
+    return out
+
+
+def _decode_strict(ids, merges):
+    vocab = {i: bytes([i]) for i in range(256)}
+    for (a, b), idx in merges.items():
+        vocab[idx] = vocab[a] + vocab[b]
+    return b"".join(vocab[i] for i in ids).decode("utf-8")
+
+
+def _decode_each(ids, merges):
+    return "".join(nb01_bpe.solution_bpe_decode([i], merges) for i in ids)
+
+
+def _near_exact_lines(a, b):
+    la, lb = (set(re.split("[，。？！；]", gc.data.normalize_variants(p))) - {""} for p in (a, b))
+    return 2 * len(la & lb) >= min(len(la), len(lb))
+
+
+def _plain_near(a, b):
+    def lines(p):
+        return [s for s in re.split("[，。？！；]", p) if s]
+
+    def same(x, y):
+        return len(x) == len(y) and sum(c != d for c, d in zip(x, y)) <= 1
+
+    la, lb = lines(a), lines(b)
+    return 2 * sum(any(same(x, y) for y in lb) for x in la) >= min(len(la), len(lb))
+
+
+def _near_longer(a, b):
+    def lines(p):
+        return [s for s in re.split("[，。？！；]", gc.data.normalize_variants(p)) if s]
+
+    def same(x, y):
+        return len(x) == len(y) and sum(c != d for c, d in zip(x, y)) <= 1
+
+    la, lb = lines(a), lines(b)
+    return 2 * sum(any(same(x, y) for y in lb) for x in la) >= max(len(la), len(lb))
+
+
+BPE_WRONG = {
+    "bpe_train": [(_train_first_seen, "最小"), (_train_never_stops, "提前停止"),
+                  (lambda t, v: nb01_bpe._unchunked(t, v), "split_chunks")],
+    "bpe_encode": [(_encode_most_frequent, "学得最早"),
+                   (lambda t, m: list(t.encode("utf-8")), "原始字节")],
+    "bpe_decode": [(_decode_strict, "errors='replace'"), (_decode_each, "拼在一起")],
+    "near_duplicate": [(_near_exact_lines, "至多差一个字"), (_plain_near, "normalize_variants"),
+                       (_near_longer, "较短"), (lambda a, b: a == b, "近似重复")],
+    "guess_compression": [("B", "1024"), ("C", "字符"), ("Z", "选项字母")],
+    "guess_leak": [("A", "复制"), ("B", "复制"), ("?", "选项字母")],
+}
+
+
+@pytest.mark.parametrize("name", sorted(BPE_WRONG))
+def test_bpe_and_hygiene_checkers_reject_typical_mistakes(passes, name, capsys):
+    checker = getattr(gc.check.nb01, name)
+    for wrong, hint in BPE_WRONG[name]:
+        ok, out = passes(checker, wrong)
+        assert not ok and hint in out, (name, hint, out)
+
+
+def test_plain_near_duplicate_really_differs_only_on_variants():
+    a, b = "雪岫花开几树粧，城北无饥鵶。", "雪峰花开几树妆，城南无饥鸦。"
+    assert nb01_bpe.solution_near_duplicate(a, b) is True
+    assert gc.data.near_duplicate_groups([a, b]) == [[0, 1]]
+    assert _plain_near(a, b) is False
+
+
+def test_shift_xy_must_reject_windows_out_of_range(passes, capsys):
+    def no_check(ids, s, t):
+        return ids[s:s + t], ids[s + 1:s + t + 1]
+
+    ok, out = passes(gc.check.shift_xy, no_check)
+    assert not ok and "应报错" in out
+
+
+def test_split_by_poem_failure_is_short(passes, capsys):
+    def wrong_threshold(text):
+        parts = {"train": [], "val": [], "test": []}
+        for p in text.split("\n"):
+            if p.strip():
+                h = int(hashlib.sha256(p.encode("utf-8")).hexdigest()[:8], 16) % 100
+                parts["train" if h < 80 else ("val" if h < 95 else "test")].append(p + "\n")
+        return {k: "".join(v) for k, v in parts.items()}
+
+    ok, out = passes(gc.check.split_by_poem, wrong_threshold)
+    assert not ok and "应在 train" in out and len(out) < 200

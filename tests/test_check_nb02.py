@@ -3,132 +3,370 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
 import gptcourse as gc
-from gptcourse.check import nb02
-from gptcourse.config import preset
+from gptcourse.check import _common, nb02
 from gptcourse.model import GPT, count_parameters
 
 
-def test_checkers_are_exported_and_solutions_registered(capsys):
-    for name in ("causal_mask", "split_merge_heads", "rope_pair", "param_count",
-                 "scaled_attention", "layernorm"):
-        assert callable(getattr(gc.check, name))
+# ---------------------------------------------------------------- 一个学员会写的模型（参考答案）
+class _Attn(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C, self.n_head = cfg.n_embd, cfg.n_head
+        self.qkv = nn.Linear(C, 3 * C, bias=cfg.bias)
+        self.proj = nn.Linear(C, C, bias=cfg.bias)
+        self.register_buffer("mask", torch.tril(torch.ones(cfg.block_size, cfg.block_size,
+                                                           dtype=torch.bool)))
+
+    def forward(self, x, rope=None):
+        B, T, C = x.shape
+        q, k, v = (nb02.solution_split_heads(t, self.n_head) for t in self.qkv(x).split(C, -1))
+        if rope is not None:
+            q, k = gc.rope.apply_rope(q, *rope), gc.rope.apply_rope(k, *rope)
+        att = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
+            ~self.mask[:T, :T], float("-inf"))
+        return self.proj(nb02.solution_merge_heads(F.softmax(att, -1) @ v))
+
+
+class _MLP(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        C, Hd, b = cfg.n_embd, cfg.mlp_hidden, cfg.bias
+        self.swiglu = cfg.mlp == "swiglu"
+        if self.swiglu:
+            self.gate, self.up, self.down = (nn.Linear(C, Hd, bias=b), nn.Linear(C, Hd, bias=b),
+                                             nn.Linear(Hd, C, bias=b))
+        else:
+            self.fc, self.proj = nn.Linear(C, Hd, bias=b), nn.Linear(Hd, C, bias=b)
+
+    def forward(self, x):
+        if self.swiglu:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.proj(F.gelu(self.fc(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.norm1, self.attn = gc.model.make_norm(cfg), _Attn(cfg)
+        self.norm2, self.mlp = gc.model.make_norm(cfg), _MLP(cfg)
+
+    forward = nb02.solution_block_forward
+
+
+class PostNorm(Block):
+    def forward(self, x, rope=None):
+        x = self.norm1(x + self.attn(x, rope))
+        return self.norm2(x + self.mlp(x))
+
+
+class SharedNorm(Block):
+    def forward(self, x, rope=None):
+        x = x + self.attn(self.norm1(x), rope)
+        return x + self.mlp(self.norm1(x))
+
+
+class NoResidual(Block):
+    def forward(self, x, rope=None):
+        return self.mlp(self.norm2(self.attn(self.norm1(x), rope)))
+
+
+class Renamed(Block):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.ln1 = self.norm1
+        del self.norm1
+
+
+class MyGPT(nn.Module):
+    block = Block
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.config = cfg
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.n_embd)
+        if cfg.pos == "learned":
+            self.pos_emb = nn.Embedding(cfg.block_size, cfg.n_embd)
+        self.blocks = nn.ModuleList(self.block(cfg) for _ in range(cfg.n_layer))
+        self.norm_f = gc.model.make_norm(cfg)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight
+
+    def embed(self, idx):
+        x, T = self.tok_emb(idx), idx.shape[1]
+        if self.config.pos == "learned":
+            return x + self.pos_emb(torch.arange(T)), None
+        ang = gc.rope.rope_angles(self.config.head_dim, T)
+        return x, (ang.cos(), ang.sin())
+
+    def forward(self, idx):
+        x, rope = self.embed(idx)
+        for b in self.blocks:
+            x = b(x, rope)
+        return self.lm_head(self.norm_f(x))
+
+
+class NoFinalNorm(MyGPT):
+    def forward(self, idx):
+        x, rope = self.embed(idx)
+        for b in self.blocks:
+            x = b(x, rope)
+        return self.lm_head(x)
+
+
+class NoPositions(MyGPT):
+    def forward(self, idx):
+        x = self.tok_emb(idx)
+        ang = gc.rope.rope_angles(self.config.head_dim, idx.shape[1])
+        rope = (ang.cos(), ang.sin()) if self.config.pos == "rope" else None
+        for b in self.blocks:
+            x = b(x, rope)
+        return self.lm_head(self.norm_f(x))
+
+
+class Untied(MyGPT):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+
+
+class ReturnsTuple(MyGPT):
+    def forward(self, idx):
+        return super().forward(idx), None
+
+
+def _leaky(model):
+    for b in model.blocks:
+        b.attn.mask.fill_(True)
+    return model
+
+
+def _blocked(model):
+    for b in model.blocks:
+        b.attn.mask.fill_(False)
+    return model
+
+
+@pytest.fixture(scope="module")
+def learner_model():
+    torch.manual_seed(0)
+    ref = GPT(nb02._CFGS[0]).eval()
+    mine = MyGPT(nb02._CFGS[0]).eval()
+    mine.load_state_dict(ref.state_dict())
+    return mine
+
+
+REFERENCE = {
+    "scaled_attention": lambda: (nb02.solution_scaled_attention,),
+    "causal_mask": lambda: (nb02.solution_causal_mask,),
+    "guess_saturation": lambda: (nb02.solution_guess_saturation(),),
+    "guess_sqrt_c": lambda: (nb02.solution_guess_sqrt_c(),),
+    "split_merge_heads": lambda: (nb02.solution_split_heads, nb02.solution_merge_heads),
+    "rope_pair": lambda: (nb02.solution_rope_pair,),
+    "layernorm": lambda: (nb02.solution_layernorm,),
+    "gpt_block": lambda: (Block,),
+    "gpt_model": lambda: (MyGPT,),
+    "guess_norm": lambda: (nb02.solution_guess_norm(),),
+    "guess_init_growth": lambda: (nb02.solution_guess_init_growth(),),
+    "param_count": lambda: (nb02.solution_param_count(),),
+    "guess_offset": lambda: (nb02.solution_guess_offset(),),
+}
+
+
+def test_every_exercise_is_listed_exported_and_has_a_reference():
+    assert set(REFERENCE) | {"leaky_model"} == set(nb02.EXERCISES)
+    assert len(nb02.EXERCISES) >= 8
+    for name in nb02.EXERCISES:
+        assert getattr(gc.check.nb02, name).is_exercise
+    assert callable(gc.check.scaled_attention)                      # 也能从 gc.check 直接取到
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCE))
+def test_reference_solutions_pass(passes, name, capsys):
+    assert passes(getattr(nb02, name), *REFERENCE[name]())[0]
+    assert _common.RESULTS[name]["passed"] is True
+
+
+def test_leaky_model_reference_passes(passes, learner_model):
+    assert passes(nb02.leaky_model, _leaky, learner_model)[0]
+    assert nb02.leak_test(learner_model)[0] == 0.0                  # 原模型没有被改动
+
+
+def test_show_solution(capsys):
     gc.check.show_solution("causal_mask")
     assert "torch.tril" in capsys.readouterr().out
     gc.check.show_solution("build_vocab")                            # 笔记本 01 的仍然可用
     assert "def solution_build_vocab" in capsys.readouterr().out
 
 
+def test_stubs_and_none_say_not_done(passes, capsys):
+    def stub(*a):
+        raise NotImplementedError("提示：写一写")
+
+    for name in ("causal_mask", "scaled_attention", "rope_pair", "layernorm"):
+        ok, out = passes(getattr(nb02, name), stub)
+        assert not ok and "还没完成" in out
+    for name in ("guess_saturation", "guess_norm", "guess_offset", "param_count"):
+        ok, out = passes(getattr(nb02, name), None)
+        assert not ok and "还没完成" in out
+
+
 def test_causal_mask(passes, capsys):
-    assert passes(nb02.causal_mask, nb02.solution_causal_mask)[0]
-    ok, out = passes(nb02.causal_mask, lambda T: torch.triu(torch.ones(T, T)).bool())
-    assert not ok and "triu" in out
-    ok, out = passes(nb02.causal_mask, lambda T: ~torch.tril(torch.ones(T, T)).bool())
-    assert not ok and "反了" in out
-    ok, out = passes(nb02.causal_mask, lambda T: torch.tril(torch.ones(T, T)))
-    assert not ok and "bool" in out
-    ok, out = passes(nb02.causal_mask, lambda T: torch.tril(torch.ones(T, T), -1).bool())
-    assert not ok and "对角线" in out
-    ok, out = passes(nb02.causal_mask, lambda T: torch.ones(T, T).bool())
-    assert not ok and "未来" in out
-    ok, out = passes(nb02.causal_mask, lambda T: 1 / 0)
-    assert not ok and "ZeroDivisionError" in out
+    cases = {"triu": lambda T: torch.triu(torch.ones(T, T)).bool(),
+             "反了": lambda T: ~torch.tril(torch.ones(T, T)).bool(),
+             "bool": lambda T: torch.tril(torch.ones(T, T)),
+             "对角线": lambda T: torch.tril(torch.ones(T, T), -1).bool(),
+             "未来": lambda T: torch.ones(T, T).bool(),
+             "ZeroDivisionError": lambda T: 1 / 0}
+    for hint, fn in cases.items():
+        ok, out = passes(nb02.causal_mask, fn)
+        assert not ok and hint in out, (hint, out)
+
+
+def _masked_after_softmax(q, k, v):
+    T = q.shape[-2]
+    w = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+    return (w * torch.tril(torch.ones(T, T))) @ v
+
+
+def _softmax_dim_minus_2(q, k, v):
+    T = q.shape[-2]
+    att = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
+    att = att.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), float("-inf"))
+    return torch.nan_to_num(F.softmax(att, dim=-2)) @ v
+
+
+def test_scaled_attention(passes, capsys):
+    sdpa = F.scaled_dot_product_attention
+    cases = {"因果掩码": lambda q, k, v: sdpa(q, k, v),
+             "√D": lambda q, k, v: sdpa(q, k, v, is_causal=True, scale=1.0),
+             "n_embd": lambda q, k, v: sdpa(q, k, v, is_causal=True, scale=1 / math.sqrt(24)),
+             "除以的是 D": lambda q, k, v: sdpa(q, k, v, is_causal=True, scale=1 / 8),
+             "dim=-1": _softmax_dim_minus_2,
+             "softmax 之后": _masked_after_softmax,
+             "形状": lambda q, k, v: q[..., 0]}
+    for hint, fn in cases.items():
+        ok, out = passes(nb02.scaled_attention, fn)
+        assert not ok and hint in out, (hint, out)
+
+
+def test_prediction_questions(passes, capsys):
+    for name, right, wrongs in (("guess_saturation", "B", "AC"), ("guess_norm", "A", "BC"),
+                                ("guess_sqrt_c", "B", "AC"),
+                                ("guess_init_growth", "B", "AC")):
+        checker = getattr(nb02, name)
+        assert passes(checker, right)[0]
+        assert passes(checker, f" ({right.lower()}) ")[0]     # 大小写、括号、空格都接受
+        for w in wrongs:
+            ok, out = passes(checker, w)
+            assert not ok and "还不对" in out
+        ok, out = passes(checker, "D")
+        assert not ok and "选项字母" in out
+    ok, out = passes(nb02.guess_saturation, "A")
+    assert "√D" in out and "梯度" in out
+
+
+def test_guess_offset(passes, capsys):
+    assert passes(nb02.guess_offset, 5)[0]
+    for n, hint in ((6, "t+1"), (7, "t+1"), (4, "标点"), (12, "6 个词元"), ("五", "整数")):
+        ok, out = passes(nb02.guess_offset, n)
+        assert not ok and hint in out, (n, out)
 
 
 def test_split_merge_heads(passes, capsys):
-    assert passes(nb02.split_merge_heads, nb02.solution_split_heads,
-                  nb02.solution_merge_heads)[0]
-
     def split_no_transpose(x, h):
         B, T, C = x.shape
         return x.view(B, h, T, C // h)
-
-    ok, out = passes(nb02.split_merge_heads, split_no_transpose, nb02.solution_merge_heads)
-    assert not ok and "transpose" in out
 
     def merge_no_contiguous(y):
         B, H, T, D = y.shape
         return y.transpose(1, 2).view(B, T, H * D)
 
-    ok, out = passes(nb02.split_merge_heads, nb02.solution_split_heads, merge_no_contiguous)
-    assert not ok and "contiguous" in out
-
     def merge_no_transpose(y):
         B, H, T, D = y.shape
         return y.reshape(B, T, H * D)
 
+    ok, out = passes(nb02.split_merge_heads, split_no_transpose, nb02.solution_merge_heads)
+    assert not ok and "transpose" in out
+    ok, out = passes(nb02.split_merge_heads, nb02.solution_split_heads, merge_no_contiguous)
+    assert not ok and "contiguous" in out
     ok, out = passes(nb02.split_merge_heads, nb02.solution_split_heads, merge_no_transpose)
     assert not ok and "transpose" in out
 
 
 def test_rope_pair(passes, capsys):
-    assert passes(nb02.rope_pair, nb02.solution_rope_pair)[0]
-
     def backwards(x1, x2, m, th):
         a = m * th
         return x1 * math.cos(a) + x2 * math.sin(a), -x1 * math.sin(a) + x2 * math.cos(a)
 
     ok, out = passes(nb02.rope_pair, backwards)
     assert not ok and "方向反了" in out
-
-    def no_position(x1, x2, m, th):
-        return nb02.solution_rope_pair(x1, x2, 1, th)
-
-    ok, out = passes(nb02.rope_pair, no_position)
+    ok, out = passes(nb02.rope_pair, lambda x1, x2, m, th: nb02.solution_rope_pair(
+        x1, x2, 1, th))
     assert not ok and "m·θ" in out
-    ok, out = passes(nb02.rope_pair, lambda x1, x2, m, th: (x1, x2))
-    assert not ok
-
-
-def test_param_count(passes, capsys):
-    truth = count_parameters(GPT(nb02.EXERCISE_CONFIG))["total"]
-    assert nb02.solution_param_count() == truth
-    assert nb02.solution_param_count(preset("mini")) == 353_664      # 公式对 mini 也成立
-    assert passes(nb02.param_count, truth)[0]
-    ok, out = passes(nb02.param_count, truth + 500 * 64)
-    assert not ok and "输出头" in out
-    ok, out = passes(nb02.param_count, truth - 2 * 64)
-    assert not ok and "最终" in out
-    ok, out = passes(nb02.param_count, truth + 7)
-    assert not ok and "多" in out and str(truth) not in out and f"{truth:,}" not in out
-    ok, out = passes(nb02.param_count, truth - 7)
-    assert not ok and "少" in out
-    ok, out = passes(nb02.param_count, 0)
-    assert not ok and "填" in out
-    ok, out = passes(nb02.param_count, "很多")
-    assert not ok
-
-
-def test_scaled_attention(passes, capsys):
-    assert passes(nb02.scaled_attention, nb02.solution_scaled_attention)[0]
-    ok, out = passes(nb02.scaled_attention,
-                     lambda q, k, v: F.scaled_dot_product_attention(q, k, v))
-    assert not ok and "因果掩码" in out
-    ok, out = passes(nb02.scaled_attention,
-                     lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True,
-                                                                    scale=1.0))
-    assert not ok and "√D" in out
-    ok, out = passes(nb02.scaled_attention, lambda q, k, v: F.scaled_dot_product_attention(
-        q, k, v, is_causal=True, scale=1 / math.sqrt(24)))
-    assert not ok and "n_embd" in out
-
-    def wrong_dim(q, k, v):
-        T = q.shape[-2]
-        att = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
-        att = att.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), float("-inf"))
-        return torch.nan_to_num(F.softmax(att, dim=-2)) @ v
-
-    ok, out = passes(nb02.scaled_attention, wrong_dim)
-    assert not ok and "dim=-1" in out
+    ok, out = passes(nb02.rope_pair, lambda x1, x2, m, th: (2 * x1, 2 * x2))
+    assert not ok and "长度" in out
 
 
 def test_layernorm(passes, capsys):
-    assert passes(nb02.layernorm, nb02.solution_layernorm)[0]
-    ok, out = passes(nb02.layernorm, lambda x, eps: (x - x.mean(-1, keepdim=True))
-                     / torch.sqrt(x.var(-1, keepdim=True) + eps))
-    assert not ok and "无偏" in out
-    ok, out = passes(nb02.layernorm, lambda x, eps: x - x.mean(-1, keepdim=True))
-    assert not ok
+    cases = {"无偏": lambda x, eps: (x - x.mean(-1, keepdim=True))
+             / torch.sqrt(x.var(-1, keepdim=True) + eps),
+             "RMSNorm": lambda x, eps: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps),
+             "维度": lambda x, eps: F.layer_norm(x.transpose(-1, -2), (5,)).transpose(-1, -2),
+             "不一致": lambda x, eps: x - x.mean(-1, keepdim=True)}
+    for hint, fn in cases.items():
+        ok, out = passes(nb02.layernorm, fn)
+        assert not ok and hint in out, (hint, out)
+
+
+def test_gpt_block_rejects_the_typical_mistakes(passes, capsys):
+    for cls, hint in ((PostNorm, "Post-Norm"), (SharedNorm, "norm2"), (NoResidual, "残差"),
+                      (Renamed, "对不上")):
+        ok, out = passes(nb02.gpt_block, cls)
+        assert not ok and hint in out, (cls.__name__, out)
+
+
+def test_gpt_model_rejects_the_typical_mistakes(passes, capsys):
+    for cls, hint in ((NoFinalNorm, "最终归一化"), (NoPositions, "位置嵌入"), (Untied, "共享"),
+                      (ReturnsTuple, "元组")):
+        ok, out = passes(nb02.gpt_model, cls)
+        assert not ok and hint in out, (cls.__name__, out)
+
+    class WithPostNorm(MyGPT):
+        block = PostNorm
+
+    ok, out = passes(nb02.gpt_model, WithPostNorm)
+    assert not ok and "不一致" in out
+
+
+def test_leaky_model_rejects_non_leaks(passes, capsys, learner_model):
+    for fn, hint in ((lambda m: m, "没有随后文改变"), (_blocked, "NaN"),
+                     (lambda m: None, "return"), (lambda m: 3, "nn.Module")):
+        ok, out = passes(nb02.leaky_model, fn, learner_model)
+        assert not ok and hint in out, out
+    leaky = _leaky(MyGPT(nb02._CFGS[0]).eval())
+    ok, out = passes(nb02.leaky_model, _leaky, leaky)
+    assert not ok and "本身就泄漏" in out
+
+
+def test_param_count(passes, capsys):
+    cfg = nb02.EXERCISE_CONFIG
+    truth = count_parameters(GPT(cfg))["total"]
+    assert nb02.solution_param_count() == truth
+    assert nb02.solution_param_count(gc.config.preset("teacher")) == 4_861_184
+    V, C, L, T, Hd = cfg.vocab_size, cfg.n_embd, cfg.n_layer, cfg.block_size, cfg.mlp_hidden
+    assert Hd == 448 and 8 * C / 3 != Hd                             # 取整这一步真的会被考到
+    cases = {truth + V * C: "输出头", truth + T * C: "位置表", truth + (2 * L + 1) * C: "β",
+             truth - C: "最终", truth - 2 * L * C: "两个 RMSNorm",
+             truth + L * 3 * C * (4 * C - Hd): "不是 4C", truth - L * C * Hd: "三个矩阵",
+             truth + L * 3 * C * (426 - Hd): "向上取整", truth + L * 3 * C * (427 - Hd): "向上取整",
+             truth + 7: "多", truth - 7: "少", 0: "填", 2.5: "整数", "很多": "整数"}
+    for n, hint in cases.items():
+        ok, out = passes(nb02.param_count, n)
+        assert not ok and hint in out, (n, out)
+        assert f"{truth:,}" not in out and str(truth) not in out     # 不泄露答案

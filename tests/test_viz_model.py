@@ -62,19 +62,38 @@ def test_attention_grid_from_a_real_model():
     model = GPT(preset("teacher", vocab_size=30, n_layer=2, n_embd=64)).eval()
     maps = model.attention_maps(torch.randint(30, (1, 6)))
     fig = viz.attention.plot_attention_grid(maps, list("春眠不觉晓，"))
-    assert len(fig.axes) == 2 * 4
+    assert len(fig.axes) == 2 * 4 + 1                                # 8 个头 + 1 条共用的色标
+    assert "注意力权重" in fig.axes[-1].get_ylabel()
     t = texts(fig)
     assert "第 2 层 · 头 4" in t and "晓" in t
     draw_without_missing_glyphs(fig)
     fig2 = viz.attention.plot_attention_models({"未训练": maps, "另一个": maps},
                                                list("春眠不觉晓，"))
-    assert len(fig2.axes) == 2 * 8 and "另一个 · 层 1 · 头 1" in texts(fig2)
+    assert len(fig2.axes) == 2 * 8 + 1 and "另一个 · 层 1 · 头 1" in texts(fig2)
     fig3 = viz.attention.plot_attention_models({"A": maps}, list("春眠不觉晓，"), layer=1)
-    assert len(fig3.axes) == 4 and "A · 层 2 · 头 1" in texts(fig3)
+    assert len(fig3.axes) == 4 + 1 and "A · 层 2 · 头 1" in texts(fig3)
+    bare = viz.attention.plot_attention_grid(maps, list("春眠不觉晓，"), colorbar=False)
+    assert len(bare.axes) == 8
     with pytest.raises(ValueError, match="tokens"):
         viz.attention.plot_attention_grid(maps, list("春眠"))
     with pytest.raises(ValueError, match="形状"):
         viz.attention.plot_attention_grid([torch.zeros(2, 3)], list("春眠"))
+
+
+def test_offset_profiles_figure():
+    import numpy as np
+
+    prof = {"五言": np.random.default_rng(0).random((3, 13)), "七言": np.zeros((3, 13))}
+    fig = viz.attention.plot_offset_profiles(prof, ["L1H1", "L1H2", "L2H1"], title="偏移")
+    assert len(fig.axes) == 3                                        # 两个面板 + 色标
+    t = texts(fig)
+    assert "五言" in t and "七言" in t and "L2H1" in t and "偏移" in t
+    assert "平均注意力权重" in fig.axes[-1].get_ylabel()
+    draw_without_missing_glyphs(fig)
+    with pytest.raises(ValueError, match="二维"):
+        viz.attention.plot_offset_profiles({"x": np.zeros((2, 5))}, ["a", "b", "c"])
+    with pytest.raises(ValueError, match="为空"):
+        viz.attention.plot_offset_profiles({}, [])
 
 
 def test_rope_figures():
@@ -101,6 +120,7 @@ def test_walkthrough_figure_shows_the_traced_values():
     assert boxes[-1] == ("贪心解码", "下一个字：来")
     fig = viz.walkthrough.plot_walkthrough(trace)
     t = texts(fig)
-    for s in ("[−0.8884, 1.9884]", "0.6964", "logits [−1, 1, 2, −2]", "权重 [0.0558, 0.9442]"):
+    for s in ("[−0.8884, 1.9884]", "0.6964", "logits [−1, 1, 2, −2]", "春 0.0558、天 0.9442",
+              "春 −1.41、天 1.41"):
         assert s in t, s
     draw_without_missing_glyphs(fig)

@@ -1,8 +1,9 @@
 """笔记本 02（注意力与因果掩码）的练习检查器。
 
-用法与笔记本 01 相同：``gc.check.causal_mask(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的
-中文，并返回 True / False。参考答案是本文件里的 ``solution_*`` 函数，它们登记在共用的
-``SOLUTIONS`` 表里，所以 ``gc.check.show_solution("causal_mask")`` 会打印它的源代码。
+用法：``gc.check.nb02.causal_mask(你的函数)`` 打印“正确 ✓”或一句说明哪里不对的中文，并返回
+True / False。参考答案是本文件里的 ``solution_*``，登记在共用的 ``SOLUTIONS`` 表里，
+``gc.check.show_solution("causal_mask")`` 会打印它的源代码。``EXERCISES`` 按笔记本里出现的
+顺序列出本章的练习；“先猜一猜”的预测题（``guess_*``）也是练习，答案在实验之前填写。
 """
 from __future__ import annotations
 
@@ -11,22 +12,34 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..config import preset
-from ..model import GPT, count_parameters
+from ._common import SOLUTIONS, _call, _fail, _ok, exercise
+from .nb01_bpe import check_choice
+from .nb02_model import (_CFGS, EXERCISE_CONFIG, gpt_block, gpt_model,  # noqa: F401
+                         leak_test, leaky_model, param_count, solution_block_forward,
+                         solution_param_count)
 
-from .nb01 import SOLUTIONS, _call, _fail, _ok  # 共用的答案登记表与提示工具
+__all__ = ["EXERCISE_CONFIG", "causal_mask", "scaled_attention", "guess_saturation",
+           "guess_sqrt_c", "split_merge_heads", "rope_pair", "layernorm", "gpt_block", "gpt_model",
+           "leaky_model", "guess_norm", "guess_init_growth", "param_count", "guess_offset"]
 
-__all__ = ["EXERCISE_CONFIG", "causal_mask", "split_merge_heads", "rope_pair", "param_count",
-           "scaled_attention", "layernorm"]
-
-# 练习 4 要数参数的配置：mini 设计（学习式位置、LayerNorm、GELU、融合 qkv 带偏置、权重共享）
-EXERCISE_CONFIG = preset("mini", vocab_size=500, block_size=32, n_layer=2, n_head=4, n_embd=64)
+EXERCISES = ("scaled_attention", "causal_mask", "guess_saturation", "guess_sqrt_c",
+             "split_merge_heads", "rope_pair", "layernorm", "gpt_block", "gpt_model",
+             "leaky_model", "guess_norm", "guess_init_growth", "param_count", "guess_offset")
 
 
 # ---------------------------------------------------------------- 参考答案
 def solution_causal_mask(T: int) -> torch.Tensor:
     """[T, T] 的布尔掩码，True = 可以看（键位置 ≤ 查询位置）。"""
     return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+
+def solution_scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """带因果掩码的缩放点积注意力。q, k, v: [B, H, T, D] → [B, H, T, D]。"""
+    T, D = q.shape[-2], q.shape[-1]
+    att = q @ k.transpose(-2, -1) / math.sqrt(D)                     # [B, H, T, T]
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
+    att = att.masked_fill(~mask, float("-inf"))
+    return F.softmax(att, dim=-1) @ v
 
 
 def solution_split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -47,25 +60,6 @@ def solution_rope_pair(x1: float, x2: float, m: int, theta: float) -> tuple[floa
     return x1 * math.cos(a) - x2 * math.sin(a), x1 * math.sin(a) + x2 * math.cos(a)
 
 
-def solution_param_count(cfg=EXERCISE_CONFIG) -> int:
-    """按公式数 mini 设计的参数（学习式位置、LayerNorm、GELU 4×、融合 qkv 带偏置、权重共享）。"""
-    V, T, C, L = cfg.vocab_size, cfg.block_size, cfg.n_embd, cfg.n_layer
-    emb = V * C + T * C                                   # 词嵌入 + 位置嵌入
-    attn = (C * 3 * C + 3 * C) + (C * C + C)              # qkv + 输出投影（含偏置）
-    mlp = (C * 4 * C + 4 * C) + (4 * C * C + C)           # fc + proj（含偏置）
-    norms = 2 * 2 * C                                     # 块内两个 LayerNorm（γ 和 β）
-    return emb + L * (attn + mlp + norms) + 2 * C         # + 最终 LayerNorm；输出头共享，不另算
-
-
-def solution_scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """带因果掩码的缩放点积注意力。q, k, v: [B, H, T, D] → [B, H, T, D]。"""
-    T, D = q.shape[-2], q.shape[-1]
-    att = q @ k.transpose(-2, -1) / math.sqrt(D)                     # [B, H, T, T]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    att = att.masked_fill(~mask, float("-inf"))
-    return F.softmax(att, dim=-1) @ v
-
-
 def solution_layernorm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """手写 LayerNorm（不含 γ、β）：对最后一维减均值、除以标准差（有偏方差）。"""
     mean = x.mean(-1, keepdim=True)
@@ -73,20 +67,47 @@ def solution_layernorm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     return (x - mean) / torch.sqrt(var + eps)
 
 
+def solution_guess_saturation() -> str:
+    return "B"          # 不缩放：D 越大，分数越大，softmax 越接近 one-hot，梯度越小
+
+
+def solution_guess_sqrt_c() -> str:
+    return "B"          # ÷√C 比 ÷√D 多缩小 √H 倍：分数更小，softmax 更平
+
+
+def solution_guess_norm() -> str:
+    return "A"          # Pre-Norm 的残差是一条直通的路，深的模型同样的步数学得更好
+
+
+def solution_guess_init_growth() -> str:
+    return "B"          # 不缩放时，每个块往残差流上加的东西累积起来，越深越大
+
+
+def solution_guess_offset() -> int:
+    return 5            # 位置 t 预测 t+1；五言一句 6 个词元，t+1 的对应字在 t+1−6 = t−5
+
+
 SOLUTIONS.update({
     "causal_mask": solution_causal_mask,
+    "scaled_attention": solution_scaled_attention,
     "split_heads": solution_split_heads,
     "merge_heads": solution_merge_heads,
     "rope_pair": solution_rope_pair,
-    "param_count": solution_param_count,
-    "scaled_attention": solution_scaled_attention,
     "layernorm": solution_layernorm,
+    "gpt_block": solution_block_forward,
+    "param_count": solution_param_count,
+    "guess_saturation": solution_guess_saturation,
+    "guess_sqrt_c": solution_guess_sqrt_c,
+    "guess_norm": solution_guess_norm,
+    "guess_init_growth": solution_guess_init_growth,
+    "guess_offset": solution_guess_offset,
 })
 
 
 # ---------------------------------------------------------------- 检查器
+@exercise
 def causal_mask(fn) -> bool:
-    """练习：写 ``causal_mask(T)``，返回 [T, T] 的布尔张量，True 表示"可以看"。"""
+    """练习：写 ``causal_mask(T)``，返回 [T, T] 的布尔张量，True 表示“可以看”。"""
     for T in (4, 1, 7):
         m, err = _call(fn, T)
         if err:
@@ -112,6 +133,61 @@ def causal_mask(fn) -> bool:
     return _ok()
 
 
+@exercise
+def scaled_attention(fn) -> bool:
+    """练习：``attention(q, k, v)``，q/k/v [B,H,T,D]，返回带因果掩码的缩放点积注意力。"""
+    g = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 6, 8, generator=g) for _ in range(3))
+    out, err = _call(fn, q, k, v)
+    if err:
+        return _fail(err)
+    if not isinstance(out, torch.Tensor) or out.shape != q.shape:
+        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
+        return _fail(f"输出形状应为 {tuple(q.shape)}，收到 {shape}")
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def close(t):
+        return torch.allclose(out, t, atol=1e-5)
+
+    if close(ref):
+        return _ok()
+    if close(F.scaled_dot_product_attention(q, k, v)):
+        return _fail("没有因果掩码：每个位置都看到了未来（把对角线以上的分数填成 −∞）")
+    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)):
+        return _fail("忘了除以 √D（D = head_dim）：分数太大，softmax 会饱和")
+    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(3 * 8))):
+        return _fail("除以的是 √(n_embd) = √(H·D)，应该除以 √(head_dim)")
+    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / 8)):
+        return _fail("除以的是 D，应该除以 √D")
+    att = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(
+        ~solution_causal_mask(6), float("-inf"))
+    if close(torch.nan_to_num(F.softmax(att, dim=-2)) @ v):
+        return _fail("softmax 的维度不对：应在最后一维（键）上归一化，dim=-1")
+    after = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) * solution_causal_mask(6)
+    if close(after @ v):
+        return _fail("掩码放在了 softmax 之后：被遮住的权重变成 0，但每行之和不再是 1。"
+                     "应先把分数填成 −∞，再做 softmax")
+    return _fail("数值与 F.scaled_dot_product_attention(q, k, v, is_causal=True) 不一致")
+
+
+@exercise
+def guess_saturation(guess) -> bool:
+    """预测题：不缩放时，head_dim 从 16 增大到 256，softmax 的权重与梯度会怎样？"""
+    return check_choice(guess, "B", {
+        "A": "反了：q·k 是 D 项之和，标准差约为 √D。D 越大分数越大，softmax 越接近 one-hot，"
+             "而接近 one-hot 的 softmax 梯度接近 0",
+        "C": "会变：不缩放时分数的标准差随 √D 增长，softmax 会越来越“尖”"})
+
+
+@exercise
+def guess_sqrt_c(guess) -> bool:
+    """预测题：多头注意力里改成除以 √n_embd（而不是 √head_dim），注意力分布会怎样？"""
+    return check_choice(guess, "B", {
+        "A": "反了：C = H·D 比 D 大，除以 √C 让分数更小，softmax 更接近平均",
+        "C": "会变：除以 √C 比除以 √D 多缩小了 √H 倍"})
+
+
+@exercise
 def split_merge_heads(split, merge) -> bool:
     """练习：``split(x, n_head)`` [B,T,C]→[B,H,T,D] 与 ``merge(y)`` [B,H,T,D]→[B,T,C]。"""
     g = torch.Generator().manual_seed(2)
@@ -130,9 +206,8 @@ def split_merge_heads(split, merge) -> bool:
         return _fail("split 的形状对了但数值不对：第 h 个头应取每个位置的第 h·D … (h+1)·D−1 维")
     z, err = _call(merge, ref.contiguous())                       # 与 att @ v 的输出一样是连续的
     if err:
-        return _fail("merge " + err + "（提示：transpose 之后张量不再连续，"
-                     "view 之前要 .contiguous()，"
-                     "或者改用 reshape）")
+        return _fail("merge " + err + "（提示：transpose 之后张量不再连续，view 之前要 "
+                     ".contiguous()，或者改用 reshape）")
     if not isinstance(z, torch.Tensor) or tuple(z.shape) != (2, 5, 12):
         shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
         return _fail(f"merge 的输出形状应为 [B, T, C] = (2, 5, 12)，收到 {shape}")
@@ -143,6 +218,7 @@ def split_merge_heads(split, merge) -> bool:
     return _ok()
 
 
+@exercise
 def rope_pair(fn) -> bool:
     """练习：``rope_pair(x1, x2, m, theta)`` 把一对维度按角度 m·θ 旋转，返回 (y1, y2)。"""
     cases = [(1.0, 0.0, 1, 0.5), (0.3, -1.2, 3, 0.25), (2.0, 1.0, 7, 0.01), (0.5, 0.5, 0, 1.0)]
@@ -170,62 +246,7 @@ def rope_pair(fn) -> bool:
     return _ok()
 
 
-def param_count(n, cfg=EXERCISE_CONFIG) -> bool:
-    """练习：不建模型，按公式数出 ``EXERCISE_CONFIG`` 的参数总数。"""
-    truth = count_parameters(GPT(cfg))["total"]
-    try:
-        n = int(n)
-    except (TypeError, ValueError):
-        return _fail(f"应给出一个整数，收到 {n!r}")
-    if n == truth:
-        return _ok()
-    C, V = cfg.n_embd, cfg.vocab_size
-    if n == truth + V * C:
-        return _fail("多算了输出头：权重共享时 lm_head 与词嵌入是同一个张量，只算一次")
-    if n == truth - cfg.block_size * C:
-        return _fail("漏了位置嵌入（block_size × C）")
-    if n == truth - C * (2 * cfg.n_layer + 1):          # 只数了 γ
-        return _fail("LayerNorm 的参数少了一半：每个 LayerNorm 有 γ 和 β 两组，各 C 个")
-    if n == truth - 2 * C:
-        return _fail("漏了最终的 LayerNorm（2C 个参数）")
-    if n <= 0:
-        return _fail("请先把你算出的参数总数填进去")
-    side = "多" if n > truth else "少"
-    return _fail(f"你的答案比正确值{side}。逐项检查：词嵌入、位置嵌入、"
-                 "每块的 qkv / proj / fc / proj（别忘了偏置）、两个 LayerNorm（γ 和 β）、"
-                 "最终 LayerNorm；输出头共享不另算")
-
-
-def scaled_attention(fn) -> bool:
-    """练习：``attention(q, k, v)``，q/k/v [B,H,T,D]，返回带因果掩码的缩放点积注意力。"""
-    g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(2, 3, 6, 8, generator=g) for _ in range(3))
-    out, err = _call(fn, q, k, v)
-    if err:
-        return _fail(err)
-    if not isinstance(out, torch.Tensor) or out.shape != q.shape:
-        shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
-        return _fail(f"输出形状应为 {tuple(q.shape)}，收到 {shape}")
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-
-    def close(t):
-        return torch.allclose(out, t, atol=1e-5)
-
-    if close(ref):
-        return _ok()
-    if close(F.scaled_dot_product_attention(q, k, v)):
-        return _fail("没有因果掩码：每个位置都看到了未来（把对角线以上的分数填成 −∞）")
-    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)):
-        return _fail("忘了除以 √D（D = head_dim）：分数太大，softmax 会饱和")
-    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(3 * 8))):
-        return _fail("除以的是 √(n_embd)，应该除以 √(head_dim)")
-    att = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(
-        ~solution_causal_mask(6), float("-inf"))
-    if close(torch.nan_to_num(F.softmax(att, dim=-2)) @ v):
-        return _fail("softmax 的维度不对：应在最后一维（键）上归一化，dim=-1")
-    return _fail("数值与 F.scaled_dot_product_attention(q, k, v, is_causal=True) 不一致")
-
-
+@exercise
 def layernorm(fn) -> bool:
     """练习：``layernorm(x, eps)``（不含 γ、β）应等于 ``F.layer_norm(x, (C,), eps=eps)``。"""
     g = torch.Generator().manual_seed(4)
@@ -244,4 +265,43 @@ def layernorm(fn) -> bool:
                      "或 ((x − mean)²).mean()")
     if torch.allclose(out, F.layer_norm(x.transpose(-1, -2), (5,)).transpose(-1, -2), atol=1e-5):
         return _fail("归一化的维度不对：应对最后一维（每个位置的 C 个特征）求均值和方差")
+    if torch.allclose(out, x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5), atol=1e-5):
+        return _fail("这是 RMSNorm（没有减均值）：LayerNorm 要先减去均值")
     return _fail("数值与 F.layer_norm 不一致：先减均值，再除以 sqrt(方差 + eps)")
+
+
+@exercise
+def guess_norm(guess) -> bool:
+    """预测题：8 层的小模型，同样的学习率、不预热、同样的步数，Pre-Norm 与 Post-Norm 谁更低？"""
+    return check_choice(guess, "A", {
+        "B": "Post-Norm 把归一化挡在残差路径上，梯度回到前面的层要穿过每一个归一化；"
+             "不预热、学习率较大时它学得更慢",
+        "C": "差别不小：看下面实验里两条曲线的终点"})
+
+
+@exercise
+def guess_init_growth(guess) -> bool:
+    """预测题：残差投影不按 1/√(2L) 缩小时，初始化的残差流标准差随深度怎样变化？"""
+    return check_choice(guess, "B", {
+        "A": "每个块都往残差流上“加”一份独立的东西，方差会累加，不会保持不变",
+        "C": "残差流是一路相加过来的：加的项越多，标准差越大，不会变小"})
+
+
+@exercise
+def guess_offset(n) -> bool:
+    """推理题：五言诗里，位置 t 的字要预测 t+1；上一句里与 t+1 对应的字在 t 之前第几个词元？"""
+    try:
+        n = int(n)
+    except (TypeError, ValueError):
+        return _fail(f"应填一个整数（往前数几个词元），收到 {n!r}")
+    if n == 5:
+        return _ok()
+    if n == 6:
+        return _fail("6 是位置 t 自己在上一句的对应字（5 个字 + 1 个标点）。"
+                     "可位置 t 要预测的是 t+1，"
+                     "t+1 的对应字在 t+1−6 = t−5")
+    if n == 7:
+        return _fail("往前 7 个是上一句里 t−1 的对应字；要找的是 t+1 的对应字：t+1−6")
+    if n == 4:
+        return _fail("别忘了标点也是一个词元：五言一句是 5 个字 + 1 个标点 = 6 个词元")
+    return _fail("数一数：五言一句 = 5 个字 + 1 个标点 = 6 个词元；t+1 的对应字在 t+1−6")

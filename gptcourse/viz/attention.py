@@ -81,11 +81,13 @@ def _as_heads(m) -> np.ndarray:
 
 
 def plot_attention_grid(maps: Sequence, tokens: Sequence[str], title: str | None = None,
-                        axes=None, fontsize: float | None = None, cmap: str = "viridis"):
+                        axes=None, fontsize: float | None = None, cmap: str = "viridis",
+                        colorbar: bool = True):
     """按"行 = 层、列 = 头"画注意力权重；刻度是输入的汉字。
 
     maps：每层一个 [B,H,T,T]（如 ``model.attention_maps(idx)`` 的返回值）；tokens：长度 T 的字。
-    axes：可传入已有的 L×H 个 Axes（二维数组），否则新建一张图。返回 Figure。
+    axes：可传入已有的 L×H 个 Axes（二维数组），否则新建一张图。colorbar：在右侧画一条
+    所有子图共用的色标（0–1）。返回 Figure。
     """
     import matplotlib.pyplot as plt
 
@@ -105,7 +107,7 @@ def plot_attention_grid(maps: Sequence, tokens: Sequence[str], title: str | None
     for l in range(L):
         for h in range(H):
             ax = axes[l, h]
-            ax.imshow(layers[l][h], cmap=cmap, vmin=0.0, vmax=1.0)
+            im = ax.imshow(layers[l][h], cmap=cmap, vmin=0.0, vmax=1.0)
             ax.set_xticks(range(T), labels=tokens, fontsize=fs)
             ax.set_yticks(range(T), labels=tokens, fontsize=fs)
             ax.tick_params(length=0, pad=1)
@@ -113,6 +115,8 @@ def plot_attention_grid(maps: Sequence, tokens: Sequence[str], title: str | None
     if title:
         fig.suptitle(title, fontsize=12)
     fig.tight_layout()
+    if colorbar:
+        fig.colorbar(im, ax=axes, fraction=0.025, pad=0.02, label="注意力权重")
     return fig
 
 
@@ -142,7 +146,7 @@ def plot_attention_models(models: Mapping[str, Sequence], tokens: Sequence[str],
                                                              2.05 * L + 0.7), squeeze=False)
         blocks = [axes[:, i * H:(i + 1) * H] for i in range(len(names))]
     for n, block in zip(names, blocks):
-        plot_attention_grid(picked[n], tokens, axes=block)
+        plot_attention_grid(picked[n], tokens, axes=block, colorbar=False)
         for l in range(L):
             lab = layer + 1 if layer is not None else l + 1
             for h in range(H):
@@ -150,4 +154,35 @@ def plot_attention_models(models: Mapping[str, Sequence], tokens: Sequence[str],
     if title:
         fig.suptitle(title, fontsize=12)
     fig.tight_layout(h_pad=1.6)
+    fig.colorbar(axes[0, 0].images[0], ax=axes, fraction=0.025, pad=0.02, label="注意力权重")
+    return fig
+
+
+def plot_offset_profiles(profiles: Mapping[str, np.ndarray], head_names: Sequence[str],
+                         title: str | None = None):
+    """每个头的“注意力偏移”分布：行 = 头，列 = 偏移 o（看往前第 o 个词元），颜色 = 平均权重。
+
+    profiles：{面板标题: [头数, 偏移数] 数组}，例如 {"五言": p5, "七言": p7}。返回 Figure。
+    """
+    import matplotlib.pyplot as plt
+
+    if not profiles:
+        raise ValueError("profiles 为空")
+    arrays = {k: np.asarray(v.detach().cpu() if hasattr(v, "detach") else v, dtype=float)
+              for k, v in profiles.items()}
+    n_heads = len(head_names)
+    if any(a.ndim != 2 or a.shape[0] != n_heads for a in arrays.values()):
+        raise ValueError(f"每个 profile 应为 [{n_heads}, 偏移数] 的二维数组")
+    size = (4.6 * len(arrays) + 1.0, 0.28 * n_heads + 1.6)
+    fig, axes = plt.subplots(1, len(arrays), figsize=size, squeeze=False)
+    vmax = max(float(a.max()) for a in arrays.values())
+    for k, (ax, (name, a)) in enumerate(zip(axes[0], arrays.items())):
+        im = ax.imshow(a, cmap="magma", vmin=0.0, vmax=vmax, aspect="auto")
+        ax.set_xticks(range(a.shape[1]))
+        ax.set_yticks(range(n_heads), labels=list(head_names) if k == 0 else [], fontsize=8)
+        ax.set_xlabel("偏移 o（查询往前数第 o 个词元；0 = 自己）")
+        ax.set_title(name)
+    fig.colorbar(im, ax=axes, fraction=0.03, pad=0.02, label="平均注意力权重")
+    if title:
+        fig.suptitle(title, fontsize=12)
     return fig

@@ -11,14 +11,20 @@ def walkthrough_boxes(trace: dict) -> list[tuple[str, str]]:
         ("输入 春天", "ids [0, 1]"),
         ("词嵌入 + 位置", f"X[天] = {fmt(t['X'][i])}"),
         ("层归一化 1", fmt(t["LN1"][i])),
-        ("注意力（掩码后）", f"权重 {fmt(t['attn_weights'][i])}\n输出 {fmt(t['attn_out'][i])}"),
+        ("注意力（天）", "分数 ÷√2：" + "、".join(
+            f"{VOCAB[j]} {t['scores'][i][j].item():.2f}".replace("-", "−") for j in range(i + 1))
+         + "\n权重：" + "、".join(f"{VOCAB[j]} {t['attn_weights'][i][j].item():.4f}"
+                               for j in range(i + 1))
+         + f"\n输出 {fmt(t['attn_out'][i])}"),
         ("＋ 残差 1", fmt(t["resid1"][i])),
         ("层归一化 2", fmt(t["LN2"][i])),
         ("MLP：GELU", fmt(t["hidden_post"][i][:2])),
         ("＋ 残差 2", fmt(t["resid2"][i])),
         ("最终层归一化", fmt(t["LNf"][i])),
         ("输出头（共享 E）", f"logits {fmt(t['logits'])}"),
-        ("softmax", fmt(t["probs"])),
+        ("softmax", "、".join(f"{VOCAB[j]} {p:.4f}" for j, p in enumerate(t["probs"].tolist()[:2]))
+         + "\n" + "、".join(f"{VOCAB[j]} {p:.4f}" for j, p in enumerate(t["probs"].tolist())
+                          if j >= 2)),
         ("贪心解码", f"下一个字：{t['greedy_char']}"),
     ]
 
@@ -50,8 +56,10 @@ def plot_walkthrough(trace: dict):
                                     facecolor=face, edgecolor="#6c757d", lw=1.2))
         ax.text(x + w / 2, y + h - 0.25, name, ha="center", va="center", fontsize=11)
         longest = max(len(part) for part in val.splitlines())
-        ax.text(x + w / 2, y + 0.4, val, ha="center", va="center", linespacing=1.4,
-                fontsize=8.5 if longest <= 26 else 7.3)
+        lines = len(val.splitlines())
+        ax.text(x + w / 2, y + (0.36 if lines > 2 else 0.4), val, ha="center", va="center",
+                linespacing=1.3 if lines > 2 else 1.4,
+                fontsize=8.5 if longest <= 26 and lines <= 2 else 7.3)
     arrow = dict(arrowstyle="-|>", mutation_scale=14, color="#495057", lw=1.3)
     for k in range(len(boxes) - 1):
         (x0, y0), (x1, y1) = pos[k], pos[k + 1]

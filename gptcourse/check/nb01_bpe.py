@@ -1,0 +1,242 @@
+"""笔记本 01 的第二组练习：亲手写字节级 BPE（训练、编码、解码）、两道预测题、近似重复的判据。
+
+参考答案与包里的实现（``gptcourse.bpe``、``gptcourse.data``）逐字节一致：检查器就是拿包来对答案的。
+"""
+from __future__ import annotations
+
+from ..bpe import BPETokenizer, get_stats, merge, split_chunks
+from ..data import near_duplicate_groups, normalize_variants
+from ._common import _call, _fail, _ok, exercise
+
+_TEXT = ("床前明月光，疑是地上霜。举头望明月，低头思故乡。\n"
+         "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\n"
+         "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。\n"
+         "明月松间照，清泉石上流。明月几时有，春风又绿江南岸。\n")
+
+
+# ---------------------------------------------------------------- 参考答案
+def solution_bpe_train(text: str, vocab_size: int) -> dict[tuple[int, int], int]:
+    """朴素的 BPE 训练：每一轮把所有块重新数一遍，合并出现最多的一对（并列取最小的一对）。"""
+    chunks = [list(c.encode("utf-8")) for c in split_chunks(text)]     # 合并不跨块
+    merges: dict[tuple[int, int], int] = {}
+    for idx in range(256, vocab_size):
+        counts: dict[tuple[int, int], int] = {}
+        for ids in chunks:
+            get_stats(ids, counts)
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        merges[pair] = idx
+        chunks = [merge(ids, pair, idx) for ids in chunks]
+    return merges
+
+
+def solution_bpe_encode(text: str, merges: dict[tuple[int, int], int]) -> list[int]:
+    """编码：每块从字节出发，反复合并“学得最早”（新 id 最小）的那一对，直到没有可合并的。"""
+    out: list[int] = []
+    for chunk in split_chunks(text):
+        ids = list(chunk.encode("utf-8"))
+        while len(ids) >= 2:
+            pair = min(zip(ids, ids[1:]), key=lambda p: merges.get(p, float("inf")))
+            if pair not in merges:
+                break
+            ids = merge(ids, pair, merges[pair])
+        out.extend(ids)
+    return out
+
+
+def solution_bpe_decode(ids: list[int], merges: dict[tuple[int, int], int]) -> str:
+    """解码：id → 字节串，拼起来再按 UTF-8 解码；不完整的字节显示为 “�”。"""
+    vocab = {i: bytes([i]) for i in range(256)}
+    for (a, b), idx in merges.items():                                  # 按学到的顺序
+        vocab[idx] = vocab[a] + vocab[b]
+    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
+
+
+def solution_guess_compression() -> str:
+    return "A"          # 字符分词每字正好 1 个词元；同样 1024 的 BPE 要用字节片段拼罕见字
+
+
+def solution_guess_leak() -> str:
+    return "C"          # 复制 50 遍再按位置切：验证集的每一句都在训练集里出现过
+
+
+def solution_near_duplicate(a: str, b: str) -> bool:
+    """两首诗是不是同一首（的不同版本）：归一异体字后，较短那首至少一半的句子在另一首里
+    有至多差一个字的同长句子。"""
+    def lines(p):
+        out, cur = [], ""
+        for ch in normalize_variants(p):
+            if ch in "，。？！；":
+                out.append(cur)
+                cur = ""
+            else:
+                cur += ch
+        return [s for s in out + [cur] if s]
+
+    def close(x, y):
+        return len(x) == len(y) and sum(c != d for c, d in zip(x, y)) <= 1
+
+    la, lb = lines(a), lines(b)
+    shared = sum(any(close(x, y) for y in lb) for x in la)
+    return 2 * shared >= min(len(la), len(lb))
+
+
+SOLUTIONS_BPE = {
+    "bpe_train": solution_bpe_train,
+    "bpe_encode": solution_bpe_encode,
+    "bpe_decode": solution_bpe_decode,
+    "guess_compression": solution_guess_compression,
+    "guess_leak": solution_guess_leak,
+    "near_duplicate": solution_near_duplicate,
+}
+
+
+# ---------------------------------------------------------------- 检查器
+def _merges_of(text: str, vocab_size: int) -> dict:
+    return BPETokenizer.train(text, vocab_size=vocab_size).merges
+
+
+def _unchunked(text: str, vocab_size: int) -> dict:
+    ids, merges = list(text.encode("utf-8")), {}
+    for idx in range(256, vocab_size):
+        counts = get_stats(ids)
+        if not counts:
+            break
+        pair = min(counts, key=lambda p: (-counts[p], p))
+        merges[pair] = idx
+        ids = merge(ids, pair, idx)
+    return merges
+
+
+@exercise
+def bpe_train(fn) -> bool:
+    """练习：``fn(text, vocab_size) -> merges``（{(a, b): 新 id}，按学到的顺序）。"""
+    for text, vs in (("aaabdaaabac", 259), (_TEXT, 300), ("ab", 300), ("", 260)):
+        got, err = _call(fn, text, vs)
+        if err:
+            return _fail(f"bpe_train({text[:8]!r}…, {vs}) {err}")
+        if not isinstance(got, dict):
+            return _fail(f"应返回字典 {{(a, b): 新 id}}，收到 {type(got).__name__}")
+        want = _merges_of(text, vs)
+        got_items = [(tuple(k), v) for k, v in got.items()]
+        if got_items == list(want.items()):
+            continue
+        if len(got) != len(want):
+            extra = "没有可合并的 id 对时要提前停止；" if len(want) < vs - 256 else ""
+            return _fail(f"vocab_size={vs} 时应学 {len(want)} 条合并规则，你学了 {len(got)} 条。"
+                         f"{extra}新 id 从 256 开始，一直到 vocab_size − 1")
+        if got_items == list(_unchunked(text, vs).items()):
+            return _fail("合并跨过了块的边界：先用 gc.bpe.split_chunks(text) 切块，"
+                         "只在块内数相邻对、做合并")
+        k = next(i for i, (a, b) in enumerate(zip(got_items, want.items())) if a != b)
+        return _fail(f"第 {k + 1} 条合并规则不同：你的是 {got_items[k]}，"
+                     f"应为 {list(want.items())[k]}。"
+                     "每轮选出现次数最多的一对，次数相同时选数值最小的一对（min 按 (−次数, 对)）")
+    return _ok()
+
+
+@exercise
+def bpe_encode(fn) -> bool:
+    """练习：``fn(text, merges) -> ids``，结果必须与 ``BPETokenizer.encode`` 相同。"""
+    trained = BPETokenizer.train(_TEXT * 3, vocab_size=330)
+    ordered = BPETokenizer({(98, 99): 256, (97, 98): 257})   # “ab” 更常见，但 “bc” 学得更早
+    cases = [(trained, t) for t in ("明月", "床前明月光，疑是地上霜。", _TEXT, "春风🙂 abc\n", "")]
+    for tok, text in cases + [(ordered, "abcab")]:
+        got, err = _call(fn, text, dict(tok.merges))
+        if err:
+            return _fail(f"bpe_encode({text[:8]!r}…) {err}")
+        want = tok.encode(text)
+        if isinstance(got, (list, tuple)) and list(got) == want:
+            continue
+        if isinstance(got, (bytes, bytearray)) or got == list(text.encode("utf-8")):
+            return _fail("你返回的是原始字节：还要按合并规则反复合并")
+        return _fail(f"{text[:12]!r} 的编码不同：你的 {got!r}，应为 {want}。"
+                     "每一步合并“学得最早”的那一对"
+                     "（merges 里新 id 最小的），而不是在这段文字里出现最多的那一对")
+    return _ok()
+
+
+@exercise
+def bpe_decode(fn) -> bool:
+    """练习：``fn(ids, merges) -> str``；半个汉字的字节显示为 “�”。"""
+    tok = BPETokenizer.train(_TEXT * 3, vocab_size=330)
+    chun = list("春".encode("utf-8"))
+    cases = [tok.encode(_TEXT), tok.encode("明月🙂"), chun[:2], chun[:2] + chun[2:], []]
+    for ids in cases:
+        got, err = _call(fn, ids, dict(tok.merges))
+        if err:
+            if "UnicodeDecodeError" in err:
+                return _fail("半个汉字的字节不是合法的 UTF-8：解码时用 "
+                             "bytes.decode('utf-8', errors='replace')，不完整的部分显示为 “�”")
+            return _fail(f"bpe_decode({ids[:6]}…) {err}")
+        want = tok.decode(ids)
+        if got == want:
+            continue
+        if ids and got == "".join(tok.decode([i]) for i in ids):
+            return _fail("你把每个词元单独解码再拼起来：半个汉字单独解码会变成 “�”。"
+                         "应先把所有字节拼在一起，再整体解码")
+        return _fail(f"ids {ids[:6]}… 解码为 {got!r}，应为 {want!r}")
+    return _ok()
+
+
+def check_choice(guess, right: str, hints: dict[str, str], options: str = "ABC") -> bool:
+    """选择题式的预测：“B”“ b ”“(B)”都算 B；答错时打印这个选项对应的提示。"""
+    g = str(guess).strip().strip("()（）.。").upper()
+    if len(g) != 1 or g not in options:
+        return _fail(f"请填一个选项字母（{'、'.join(options)}），收到 {guess!r}")
+    return _ok() if g == right else _fail(hints[g])
+
+
+@exercise
+def guess_compression(guess) -> bool:
+    """预测题：词表都是 1024 时，字符分词与字节级 BPE 在五绝验证集上谁的每字词元数更少？"""
+    why = ("字符分词每个字正好 1 个词元（罕见字变成 <unk>，但仍是 1 个）；"
+           "1024 的 BPE 只能把常用字合成整字，罕见字要用 2–3 个字节片段拼")
+    return check_choice(guess, "A", {"B": why, "C": why})
+
+
+@exercise
+def guess_leak(guess) -> bool:
+    """预测题：20 首诗复制 50 遍再按位置 90/10 切分，验证集的句子有多少在训练集里出现过？"""
+    why = ("复制 50 遍之后，验证集那 10% 的文本只是某几遍复制的尾巴：它的每一句在前面的"
+           "复制里都出现过几十次")
+    return check_choice(guess, "C", {"A": why, "B": why})
+
+
+_NEAR_CASES = [
+    # (a, b, 说明)：说明用于错误提示
+    ("白日依山尽，黄河入海流。", "白日依山尽，黄河入海流。", "完全相同"),
+    ("城北无饥鸦，城南有战马。", "城北无饥鵶，城南有战马。", "只差一个异体字（鵶/鸦）"),
+    ("万方资以化，交泰属升平。", "万物资以化，交泰属升平。", "一句里差一个字"),
+    ("春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。",
+     "春眠不觉晓，处处闻啼鸟。山中一夜雨，树杪百重泉。", "四句里有两句相同（正好一半）"),
+    ("春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。",
+     "春眠不觉晓，江上闻啼鸟。山中一夜雨，树杪百重泉。", "四句里只有一句相同"),
+    ("春眠不觉晓，处处闻啼鸟。", "春眠不知晓，处处闻鸣鸟。", "两句各差一个字"),
+    ("春眠不觉晓，处处闻啼鸟。", "秋眠不知晓，处处闻啼鸟。", "一句差两个字、一句相同"),
+    ("床前明月光，疑是地上霜。", "床前明月光，疑是地上霜。举头望明月，低头思故乡。",
+     "短的两句都在长的四句里（按较短那首算一半）"),
+    ("床前明月光，疑是地上霜。举头望明月，低头思故乡。", "床前明月光，江上一孤舟。",
+     "短的那首两句里有一句在长的里面（正好是较短那首的一半）"),
+    ("白日依山尽，黄河入海流。", "白日依山尽远，黄河入海流。", "句长不同不算“差一个字”"),
+    ("雪岫花开几树粧，城北无饥鵶。", "雪峰花开几树妆，城南无饥鸦。", "每句一个异体字加一个异文"),
+]
+
+
+@exercise
+def near_duplicate(fn) -> bool:
+    """练习：``fn(a, b) -> bool``，与 ``gc.data.near_duplicate_groups`` 的判据一致。"""
+    for a, b, what in _NEAR_CASES:
+        want = near_duplicate_groups([a, b]) == [[0, 1]]
+        got, err = _call(fn, a, b)
+        if err:
+            return _fail(f"near_duplicate({a[:6]}…, {b[:6]}…) {err}")
+        if not isinstance(got, bool):
+            return _fail(f"应返回 True 或 False，收到 {got!r}")
+        if got != want:
+            verdict = "是" if want else "不是"
+            return _fail(f"“{a}” 与 “{b}”（{what}）{verdict}近似重复，你的函数返回了 {got}。"
+                         "判据：归一异体字（gc.data.normalize_variants）之后，较短那首至少一半的句子"
+                         "在另一首里有至多差一个字的同长句子")
+    return _ok()

@@ -1,0 +1,273 @@
+"""笔记本 02 的第二组练习：你写的 Block 与 GPT、会泄漏的模型、数一个没见过的配置的参数。
+
+检查器把 ``gc.model`` 的权重装进你写的类，比较输出；认得几种典型的写错方式并指出来。
+"""
+from __future__ import annotations
+
+import copy
+import math
+
+import torch
+
+from ..config import preset
+from ..model import GPT, Block, count_parameters
+from ..rope import rope_angles
+from ._common import _call, _fail, _ok, exercise
+
+# “数参数”练习的配置：笔记本里没有数过它。teacher 设计（RoPE、RMSNorm、SwiGLU、无偏置、权重共享），
+# C = 160 时 SwiGLU 隐藏层 = 8C/3 ≈ 426.7 向上取整到 64 的倍数 = 448
+EXERCISE_CONFIG = preset("teacher", vocab_size=3000, block_size=96, n_layer=3, n_head=5,
+                         n_embd=160)
+# 检查 Block / GPT 时用的两个小配置：现代设计与经典 mini 设计
+_CFGS = (preset("teacher", vocab_size=50, block_size=16, n_layer=2, n_head=2, n_embd=16,
+                dropout=0.0, attn_dropout=0.0, resid_dropout=0.0),
+         preset("mini", vocab_size=40, block_size=16, n_layer=2, n_head=2, n_embd=16,
+                dropout=0.0, attn_dropout=0.0, resid_dropout=0.0))
+
+
+# ---------------------------------------------------------------- 参考答案
+def solution_block_forward(self, x, rope=None):
+    """Pre-Norm：先归一化再进子层，子层的输出加回残差流。"""
+    x = x + self.attn(self.norm1(x), rope)
+    return x + self.mlp(self.norm2(x))
+
+
+def solution_param_count(cfg=EXERCISE_CONFIG) -> int:
+    """按公式数 teacher 设计的参数。
+
+    RoPE 没有位置表、RMSNorm 只有 γ、SwiGLU 三个矩阵、没有偏置、输出头共享。
+    """
+    V, C, L, Hd = cfg.vocab_size, cfg.n_embd, cfg.n_layer, cfg.mlp_hidden
+    attn = C * 3 * C + C * C                              # qkv + 输出投影
+    mlp = 3 * C * Hd                                      # gate、up、down
+    return V * C + L * (attn + mlp + 2 * C) + C           # + 每块两个 RMSNorm，+ 最终 RMSNorm
+
+
+
+# ---------------------------------------------------------------- 小工具
+def _rope(cfg, T):
+    if cfg.pos != "rope":
+        return None
+    ang = rope_angles(cfg.head_dim, T, cfg.rope_base)
+    return ang.cos(), ang.sin()
+
+
+def _load(mine, state) -> str | None:
+    """把包里的权重装进学员的模块；名字对不上时返回一句说明。"""
+    try:
+        missing, unexpected = mine.load_state_dict(state, strict=False)
+    except RuntimeError as e:
+        return f"形状对不上：{str(e).splitlines()[-1].strip()}"
+    if missing or unexpected:
+        return (f"参数名与包里的模型对不上（缺少 {list(missing)[:4]}，"
+                f"多出 {list(unexpected)[:4]}）；"
+                "名字要与 gc.model 的 state_dict 一致")
+    return None
+
+
+def _perturb_norms(model: torch.nn.Module) -> torch.nn.Module:
+    """把各归一化层的 γ、β 设成互不相同的值（初始化时都是 1 / 0，会掩盖“用错了归一化”）。"""
+    g = torch.Generator().manual_seed(5)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and "norm" in name:
+                p.copy_(1.0 + 0.3 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def _tensor(out, shape) -> str | None:
+    if isinstance(out, tuple):
+        return "应只返回一个张量（logits），不要返回元组"
+    if not isinstance(out, torch.Tensor):
+        return f"应返回 torch.Tensor，收到 {type(out).__name__}"
+    if tuple(out.shape) != tuple(shape):
+        return f"输出形状应为 {tuple(shape)}，收到 {tuple(out.shape)}"
+    return None
+
+
+def leak_test(model, k: int = 5, T: int = 12, seed: int = 0) -> tuple[float, float]:
+    """改掉位置 k 之后的词元：返回 (位置 < k 的 logits 最大变化, 位置 ≥ k 的最大变化)。
+
+    model(idx) 可以返回 logits，也可以返回 (logits, loss)。
+    """
+    V = model.tok_emb.num_embeddings
+    g = torch.Generator().manual_seed(seed)
+    a = torch.randint(V, (2, T), generator=g)
+    b = a.clone()
+    b[:, k:] = (a[:, k:] + 1 + torch.randint(V - 1, (2, T - k), generator=g)) % V
+    with torch.no_grad():
+        la, lb = model(a), model(b)
+    la, lb = (la[0] if isinstance(la, tuple) else la), (lb[0] if isinstance(lb, tuple) else lb)
+    return (la[:, :k] - lb[:, :k]).abs().max().item(), (la[:, k:] - lb[:, k:]).abs().max().item()
+
+
+def _block_variants(ref: Block, x, rope):
+    """常见写错的 Block：(名字, 输出)。"""
+    a, m, n1, n2 = ref.attn, ref.mlp, ref.norm1, ref.norm2
+
+    def att(h):
+        return a(h, rope)
+
+    h = n1(x + att(x))
+    post = n2(h + m(h))
+    h = x + att(n1(x))
+    shared = h + m(n1(h))
+    no_resid = m(n2(att(n1(x))))
+    h = att(n1(x))
+    first_only = h + m(n2(h))
+    return [("Post-Norm", post), ("shared", shared), ("no_resid", no_resid),
+            ("first_only", first_only)]
+
+
+@exercise
+def gpt_block(block_cls) -> bool:
+    """练习：你的 ``Block``（Pre-Norm）与 ``gc.model.Block`` 装上同一份权重，输出必须相同。"""
+    hints = {"Post-Norm": "你在残差相加之后才归一化：x = norm(x + 子层(x))，那是 Post-Norm。"
+                          "Pre-Norm 是 x = x + 子层(norm(x))",
+             "shared": "第二个子层（MLP）前面用了 norm1：每个子层有自己的归一化，MLP 前面是 norm2",
+             "no_resid": "没有残差连接：子层的输出要加回 x（x = x + …），而不是替换 x",
+             "first_only": "注意力那一步没有加回残差：应为 x = x + attn(norm1(x))"}
+    for cfg in _CFGS:
+        torch.manual_seed(0)
+        ref = _perturb_norms(Block(cfg).eval())
+        mine, err = _call(block_cls, cfg)
+        if err:
+            return _fail(f"Block(cfg) {err}")
+        err = _load(mine, ref.state_dict())
+        if err:
+            return _fail(err)
+        mine.eval()
+        x = torch.randn(2, 7, cfg.n_embd, generator=torch.Generator().manual_seed(1))
+        rope = _rope(cfg, 7)
+        with torch.no_grad():
+            want = ref(x, rope)
+            got, err = _call(mine, x, rope)
+            if err:
+                return _fail(f"block(x, rope) {err}")
+            err = _tensor(got, want.shape)
+            if err:
+                return _fail(err)
+            if torch.allclose(got, want, atol=1e-5):
+                continue
+            for name, wrong in _block_variants(ref, x, rope):
+                if torch.allclose(got, wrong, atol=1e-5):
+                    return _fail(hints[name])
+        return _fail(f"{cfg.norm} / {cfg.mlp} 设计下输出与 gc.model.Block 不一致：顺序应为 "
+                     "x = x + attn(norm1(x), rope)，再 x = x + mlp(norm2(x))")
+    return _ok()
+
+
+@exercise
+def gpt_model(gpt_cls) -> bool:
+    """练习：你的 ``GPT`` 装上 ``gc.model.GPT`` 的权重后，logits 必须相同（两种设计都要对）。"""
+    for cfg in _CFGS:
+        torch.manual_seed(0)
+        ref = _perturb_norms(GPT(cfg).eval())
+        mine, err = _call(gpt_cls, cfg)
+        if err:
+            return _fail(f"GPT(cfg) {err}")
+        err = _load(mine, ref.state_dict())
+        if err:
+            return _fail(err)
+        mine.eval()
+        if getattr(mine, "lm_head", None) is None or mine.lm_head.weight is not mine.tok_emb.weight:
+            return _fail("输出头没有与词嵌入共享：应写 self.lm_head.weight = self.tok_emb.weight"
+                         "（同一个张量，而不只是数值相等）")
+        idx = torch.randint(cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+        with torch.no_grad():
+            want = ref(idx)[0]
+            got, err = _call(mine, idx)
+            if err:
+                return _fail(f"model(idx) {err}")
+            err = _tensor(got, want.shape)
+            if err:
+                return _fail(err)
+            if torch.allclose(got, want, atol=1e-4):
+                continue
+            x = ref.tok_emb(idx)
+            if cfg.pos == "learned":
+                nopos = x
+                for b in ref.blocks:
+                    nopos = b(nopos)
+                if torch.allclose(got, ref.lm_head(ref.norm_f(nopos)), atol=1e-4):
+                    return _fail("学习式位置的设计里忘了加位置嵌入："
+                                 "x = tok_emb(idx) + pos_emb(arange(T))")
+            rope = _rope(cfg, idx.shape[1])
+            if cfg.pos == "learned":
+                x = x + ref.pos_emb(torch.arange(idx.shape[1]))
+            for b in ref.blocks:
+                x = b(x, rope)
+            if torch.allclose(got, ref.lm_head(x), atol=1e-4):
+                return _fail("少了最终归一化：Pre-Norm 的残差流从不被归一化，"
+                             "输出头之前要 norm_f(x)")
+        return _fail(f"{cfg.pos} / {cfg.norm} 设计下 logits 与 gc.model.GPT 不一致：检查嵌入、"
+                     "位置（学习式相加 / RoPE 传进每个块）、各块、最终归一化、输出头")
+    return _ok()
+
+
+@exercise
+def leaky_model(make_leaky, model) -> bool:
+    """练习：``make_leaky(model)`` 返回一个会偷看未来的模型；泄漏测试必须抓住它。
+
+    检查器把你的模型复制一份交给 ``make_leaky``，所以原来的模型不受影响。
+    """
+    if not isinstance(model, torch.nn.Module):
+        return _fail(f"第二个参数应是你的模型（nn.Module），收到 {type(model).__name__}")
+    original = leak_test(model)
+    if original[0] != 0.0:
+        return _fail("传进来的模型本身就泄漏了：请传入一个通过泄漏测试的模型（如 mine）")
+    leaky, err = _call(make_leaky, copy.deepcopy(model).eval())
+    if err:
+        return _fail(err)
+    if not isinstance(leaky, torch.nn.Module):
+        return _fail(f"make_leaky 应返回一个模型（nn.Module），收到 {type(leaky).__name__}"
+                     "（忘了 return？）")
+    leaky.eval()
+    try:
+        before, after = leak_test(leaky)
+    except Exception as e:  # noqa: BLE001
+        return _fail(f"改过的模型跑不起来：{type(e).__name__}: {e}")
+    if math.isnan(before) or math.isnan(after):
+        return _fail("输出里有 NaN：你把某些行的所有位置都遮住了（softmax 全是 −∞）。"
+                     "要泄漏，是让掩码把未来也放进来，例如把掩码全设为 True")
+    if before == 0.0:
+        return _fail("泄漏测试还是通过了：位置 < k 的 logits 没有随后文改变，模型仍然看不到未来")
+    return _ok()
+
+
+@exercise
+def param_count(n, cfg=EXERCISE_CONFIG) -> bool:
+    """练习：不建模型，按公式数出 ``EXERCISE_CONFIG``（teacher 设计）的参数总数。"""
+    truth = count_parameters(GPT(cfg))["total"]
+    if isinstance(n, bool) or not isinstance(n, (int, float)) or n != int(n):
+        return _fail(f"应给出一个整数，收到 {n!r}")
+    n = int(n)
+    if n == truth:
+        return _ok()
+    V, C, L, T, Hd = cfg.vocab_size, cfg.n_embd, cfg.n_layer, cfg.block_size, cfg.mlp_hidden
+    exact = 8 * C / 3
+    wrong = [
+        (truth + V * C, "多算了输出头：权重共享时 lm_head 与词嵌入是同一个张量，只算一次"),
+        (truth + T * C, "RoPE 没有位置表：这个设计没有 pos_emb（block_size × C）"),
+        (truth + (2 * L + 1) * C, "RMSNorm 只有 γ（C 个），没有 β"),
+        (truth - C, "漏了最终的 RMSNorm（C 个参数）"),
+        (truth - 2 * L * C, "漏了块里的两个 RMSNorm（每块 2C）"),
+        (truth + L * 3 * C * (4 * C - Hd),
+         f"SwiGLU 的隐藏层不是 4C：是 8C/3 向上取整到 64 的倍数 = {Hd}"),
+        (truth - L * C * Hd, "SwiGLU 有三个矩阵（gate、up、down），你只数了两个"),
+        (truth + L * (3 * C + C + 2 * Hd + C), "teacher 设计的线性层没有偏置"),
+    ]
+    for frac in (math.floor(exact), math.ceil(exact)):
+        if frac != Hd:
+            wrong.append((truth + L * 3 * C * (frac - Hd),
+                          f"隐藏层 8C/3 ≈ {exact:.1f} 要向上取整到 64 的倍数：{Hd}，不是 {frac}"))
+    for value, hint in wrong:
+        if n == value:
+            return _fail(hint)
+    if n <= 0:
+        return _fail("请先把你算出的参数总数填进去")
+    side = "多" if n > truth else "少"
+    return _fail(f"你的答案比正确值{side}。逐项检查：词嵌入 V·C；每块 qkv 3C·C、输出投影 C·C、"
+                 "SwiGLU 3·C·隐藏、两个 RMSNorm；最终 RMSNorm；RoPE 没有位置表；输出头共享不另算")
+
+
