@@ -18,6 +18,16 @@
 全局计数 ``stats``（id 对 → 加权次数）、倒排索引 ``where``（id 对 → 含有它的块编号）和一个
 按次数排序的堆。每次合并只改动含有这个 id 对的那些块，并只更新这些块里 id 对计数的增减。
 相同次数时选数值最小的 id 对，所以合并顺序完全确定、可复现。
+
+**编码**（:func:`encode_bytes`）按学到的先后应用规则：总是先合并 rank（新 id）最小的 id 对，
+同一规则从左到右。朴素写法每应用一条规则就把整块扫一遍（块长 × 规则数）；这里用一个堆按
+(新 id, 位置) 取下一个要合并的 id 对，再用双向链表把相邻的词元连起来，一次合并只改动它左右
+两个 id 对，所以没有标点的超长文本也很快，结果与朴素写法完全相同。
+
+**与字符分词器同一个接口**（:class:`gptcourse.tokenizer.Tokenizer`）：结束符就是换行的字节 10；
+没有 <unk>（``unk_id is None``）；唯一编码不了的是孤立的代理码位（如 "\\ud800"，UTF-8 里不存在），
+``errors="strict"`` 时报 :class:`~gptcourse.tokenizer.UnknownCharacterError`，``errors="unk"`` 时
+按 U+FFFD 的字节编码。
 """
 from __future__ import annotations
 
@@ -27,10 +37,14 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from .tokenizer import (EOS, UNK, UnknownCharacterError, check_dict, check_ids, check_text, field,
+                        read_json)
+
 PUNCT = "，。！？；：、,.!?;:"
 _P = re.escape(PUNCT)
 # 一块 = 换行本身 | 若干非标点字符 + 一个标点 | 末尾不带标点的一串字符。三种情形覆盖全部文本。
 CHUNK_RE = re.compile(rf"\n|[^\n{_P}]*[{_P}]|[^\n{_P}]+")
+SURROGATE_RE = re.compile("[\ud800-\udfff]")      # 孤立的代理码位：UTF-8 编码不了
 
 
 def split_chunks(text: str) -> list[str]:
@@ -73,6 +87,45 @@ def merge(ids: list[int], pair: tuple[int, int], idx: int) -> list[int]:
             out.append(ids[i])
             i += 1
     return out
+
+
+def encode_bytes(ids: list[int], merges: dict[tuple[int, int], int]) -> list[int]:
+    """按 ``merges`` 的先后（新 id 从小到大）合并 ``ids``，同一规则从左到右，不重叠。
+
+    结果与"反复找出 rank 最小的 id 对、用 :func:`merge` 全部替换"完全相同：合并出的新 id 只会
+    参与 rank 更大的规则，所以按 (新 id, 位置) 的顺序逐个合并就是逐条规则从左到右扫描。
+
+    >>> encode_bytes([97, 97, 97, 98], {(97, 97): 256, (256, 97): 257})   # aa → 256，256 a → 257
+    [257, 98]
+    >>> encode_bytes([97, 97, 97, 97], {(97, 97): 256, (256, 256): 257})
+    [257]
+    """
+    n = len(ids)
+    ids = list(ids)
+    nxt = list(range(1, n + 1))                   # 链表：下一个活着的位置（n = 末尾）
+    prv = list(range(-1, n - 1))
+    alive = [True] * n
+    heap = [(merges[p], i) for i, p in enumerate(zip(ids, ids[1:])) if p in merges]
+    heapq.heapify(heap)
+
+    def push(i: int) -> None:                     # 位置 i 与它右边的词元构成的 id 对
+        j = nxt[i]
+        if j < n and (idx := merges.get((ids[i], ids[j]))) is not None:
+            heapq.heappush(heap, (idx, i))
+
+    while heap:
+        idx, i = heapq.heappop(heap)
+        j = nxt[i] if alive[i] else n
+        if j >= n or merges.get((ids[i], ids[j])) != idx:   # 过期条目：这里已经不是那一对了
+            continue
+        ids[i], alive[j] = idx, False             # i 变成新 id，j 被吞掉
+        nxt[i] = nxt[j]
+        if nxt[j] < n:
+            prv[nxt[j]] = i
+        push(i)
+        if prv[i] >= 0:
+            push(prv[i])
+    return [t for t, a in zip(ids, alive) if a]
 
 
 class BPETokenizer:
@@ -162,27 +215,38 @@ class BPETokenizer:
     def vocab_size(self) -> int:
         return len(self.vocab)
 
+    @property
+    def eos_id(self) -> int:
+        """结束符（换行）的 id：单字节 10。换行永远单独成块，不会被合并。"""
+        return EOS.encode("utf-8")[0]
+
+    @property
+    def unk_id(self) -> None:
+        """字节级 BPE 没有 <unk>。"""
+        return None
+
+    def unknown_chars(self, text: str) -> list[str]:
+        """编码不了的字：只有孤立的代理码位（UTF-8 里不存在）；其余任何字符都能编码。"""
+        return list(dict.fromkeys(SURROGATE_RE.findall(check_text(text))))
+
     def _encode_chunk(self, chunk: str) -> list[int]:
         cached = self._cache.get(chunk)
         if cached is not None:
             return cached
-        ids = list(chunk.encode("utf-8"))
-        while len(ids) >= 2:
-            # 按“学到的先后”应用规则：先合并 rank（新 id）最小的那个 id 对
-            pair = min(zip(ids, ids[1:]), key=lambda p: self.merges.get(p, float("inf")))
-            if pair not in self.merges:
-                break
-            ids = merge(ids, pair, self.merges[pair])
+        ids = encode_bytes(list(chunk.encode("utf-8")), self.merges)
         if len(self._cache) < 100_000:
             self._cache[chunk] = ids
         return ids
 
     def encode(self, text: str, errors: str = "strict") -> list[int]:
-        """字符串 → id 列表。``errors`` 只为与 CharTokenizer 接口一致：字节级 BPE 没有未知字符。"""
+        """字符串 → id 列表。字节级 BPE 没有未知字符（孤立的代理码位除外，见模块说明）。"""
         if errors not in ("strict", "unk"):
             raise ValueError(f"errors 只能是 'strict' 或 'unk'，收到 {errors!r}")
-        if not isinstance(text, str):
-            raise TypeError(f"encode 需要字符串，收到 {type(text).__name__}")
+        missing = self.unknown_chars(text)
+        if missing and errors == "strict":
+            raise UnknownCharacterError(missing)
+        if missing:                                   # errors="unk"：换成 U+FFFD 再编码
+            text = SURROGATE_RE.sub(UNK, text)
         out: list[int] = []
         for chunk in split_chunks(text):
             out.extend(self._encode_chunk(chunk))
@@ -190,14 +254,12 @@ class BPETokenizer:
 
     def decode(self, ids) -> str:
         """id 序列（list 或 1-D 张量）→ 字符串。不完整的 UTF-8 字节显示为 “�”。"""
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
-        try:
-            data = b"".join(self.vocab[i] for i in ids)
-        except (KeyError, TypeError):
-            bad = [i for i in ids if i not in self.vocab]
-            raise ValueError(f"id 超出词表范围 [0, {self.vocab_size})：{bad[:10]}") from None
+        data = b"".join(self.vocab[i] for i in check_ids(ids, self.vocab_size))
         return data.decode("utf-8", errors="replace")
+
+    def piece(self, i: int) -> str:
+        """一个词元的文字；不是完整 UTF-8 的字节（例如一个汉字的第一个字节）显示为 “�”。"""
+        return self.decode([i])
 
     def render_token(self, idx: int) -> str:
         """把一个词元显示成可读文字；不是完整 UTF-8 的字节写成 \\xNN。"""
@@ -209,9 +271,17 @@ class BPETokenizer:
 
     @classmethod
     def from_dict(cls, d: dict) -> BPETokenizer:
-        if d.get("type") != "bpe":
-            raise ValueError(f"不是 BPE 分词器的数据（type={d.get('type')!r}）")
-        return cls({(int(a), int(b)): 256 + i for i, (a, b) in enumerate(d["merges"])})
+        d = check_dict(d, "bpe")
+        if d.get("version", 1) != 1:
+            raise ValueError(f"不认识的 BPE 数据版本 {d.get('version')!r}（只支持 1）")
+        merges = field(d, "merges", list)
+        pairs = []
+        for m in merges:
+            if not (isinstance(m, list) and len(m) == 2 and all(
+                    isinstance(x, int) and not isinstance(x, bool) for x in m)):
+                raise ValueError(f"合并规则应是两个整数 [a, b]，收到 {m!r}")
+            pairs.append((m[0], m[1]))
+        return cls({p: 256 + i for i, p in enumerate(pairs)})
 
     def save(self, path: str | Path) -> None:
         """保存为 JSON：合并规则按顺序排列，第 i 条生成 id 256+i。"""
@@ -219,7 +289,7 @@ class BPETokenizer:
 
     @classmethod
     def load(cls, path: str | Path) -> BPETokenizer:
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        return cls.from_dict(read_json(path))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, BPETokenizer) and list(self.merges.items()) == list(

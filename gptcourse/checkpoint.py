@@ -1,12 +1,24 @@
 """检查点：模型权重、优化器状态、步数、随机数状态、配置和词表都在一个文件里。
 
-只凭一个检查点就能继续训练或生成文字。写入是原子的（先写临时文件再 ``os.replace``），
-写到一半崩溃也不会留下损坏的文件；读取用 ``torch.load(weights_only=True)``。
+只凭一个检查点就能继续训练或生成文字。
+
+- **原子写入**：先写同目录的临时文件 ``.<名>.<pid>.<随机>.tmp``，再 ``os.replace``；写到一半
+  出错、被 Ctrl+C 或 SIGTERM 打断时删掉临时文件。被 SIGKILL 杀掉留下的临时文件以 "." 开头、
+  以 ".tmp" 结尾，不会被当成检查点；下一次往同一目录保存同名检查点时，进程已不在的临时文件会被删掉。
+- **校验和**：保存时记下权重与优化器张量的 SHA-256（``sha256`` 字段），读取时重新计算；
+  对不上 → :class:`CheckpointError`。没有这个字段的旧文件（例如最早发布的 course.pt）照常读取。
+- **安全读取**：``torch.load(weights_only=True)``，不执行文件里的任何代码。
+- ``resume`` 先检查全部内容（配置、词表、权重形状、优化器分组与状态形状、随机数状态），
+  全部没问题才改动模型和优化器。
 """
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import os
+import signal
 import tempfile
+import threading
 from pathlib import Path
 
 import torch
@@ -25,22 +37,112 @@ class CheckpointError(ValueError):
     """检查点文件损坏、格式不对，或与当前模型/词表不匹配。"""
 
 
+# ---------------------------------------------------------------- 写入
+def check_writable(path: str | Path) -> Path:
+    """训练开始之前就确认 path 能写：不是目录、名字不为空、最近的已有上级目录可写。"""
+    path = Path(path)
+    if not path.name or path.name in (".", ".."):
+        raise CheckpointError(f"检查点路径 {str(path)!r} 没有文件名")
+    if path.is_dir():
+        raise CheckpointError(f"检查点路径 {path} 是一个目录，请给出文件名（例如 {path}/model.pt）")
+    parent = path.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise CheckpointError(f"无法在 {parent} 下建目录：它是一个文件")
+    try:                                          # 真的试一次：权限、只读文件系统、配额都算
+        with tempfile.TemporaryFile(dir=parent):
+            pass
+    except OSError as e:
+        why = e.strerror or type(e).__name__
+        raise CheckpointError(f"不能写入目录 {parent}（{why}）") from None
+    return path
+
+
+def _temp_prefix(path: Path) -> str:
+    return f".{path.name}."
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """删掉同名检查点留下的、写它的进程已经不在了的临时文件（例如被 SIGKILL 杀掉的）。"""
+    prefix = _temp_prefix(path)
+    for tmp in path.parent.glob(f"{prefix}*.tmp"):
+        pid = tmp.name[len(prefix):].split(".", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            tmp.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:                      # 别人的进程：还活着
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _sigterm_raises():
+    """写入期间把 SIGTERM 变成异常，这样 ``finally`` 能删掉临时文件（只在主线程、默认处理时）。"""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def atomic_save(obj, path: str | Path) -> Path:
     """把对象保存到 path：先写同目录的临时文件，再原子替换。"""
-    path = Path(path)
+    path = check_writable(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)                          # mkstemp 建的是 0600，发布文件应可读
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    _remove_stale_temps(path)
+    with _sigterm_raises():
+        fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp",
+                                   dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                torch.save(obj, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.chmod(tmp, 0o644)                      # mkstemp 建的是 0600，发布文件应可读
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return path
+
+
+def payload_sha256(obj: dict) -> str:
+    """权重与优化器状态里全部张量的 SHA-256（按键排序；含键名、dtype 与形状）。"""
+    h = hashlib.sha256()
+
+    def feed(x) -> None:
+        if isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(x, dict):
+            for k in sorted(x, key=repr):
+                h.update(f"K{k!r}".encode())
+                feed(x[k])
+        elif isinstance(x, (list, tuple)):
+            h.update(f"L{len(x)}".encode())
+            for v in x:
+                feed(v)
+        else:
+            h.update(f"V{x!r}".encode())
+
+    feed({"model": obj["model"], "optimizer": obj["optimizer"]})
+    return h.hexdigest()
 
 
 def save(path: str | Path, model: GPT, tokenizer, *, optimizer=None, step: int = 0,
@@ -49,29 +151,32 @@ def save(path: str | Path, model: GPT, tokenizer, *, optimizer=None, step: int =
     state = model.state_dict()
     if half:
         state = {k: v.to(torch.bfloat16) if v.is_floating_point() else v for k, v in state.items()}
-    tok = tokenizer.to_dict()
-    if tok.get("type") == "char" and tokenizer.vocab_size != model.config.vocab_size:
+    if tokenizer.vocab_size != model.config.vocab_size:
         raise CheckpointError(f"词表大小 {tokenizer.vocab_size} 与模型 vocab_size "
                               f"{model.config.vocab_size} 不一致")
     obj = {
         "format": FORMAT,
         "config": model.config.to_dict(),
         "model": state,
-        "tokenizer": tok,
+        "tokenizer": tokenizer.to_dict(),
         "step": int(step),
         "optimizer": optimizer.state_dict() if optimizer is not None else None,
         "rng": {"torch": torch.get_rng_state(),
                 **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})},
         "meta": dict(meta or {}),
     }
+    obj["sha256"] = payload_sha256(obj)
     return atomic_save(obj, path)
 
 
+# ---------------------------------------------------------------- 读取与检查
 def load_raw(path: str | Path | None = None, map_location="cpu") -> dict:
-    """读取检查点字典并检查格式；错误时抛出 :class:`CheckpointError`，说明问题所在。"""
+    """读取检查点字典并检查格式与校验和；错误时抛出 :class:`CheckpointError`，说明问题所在。"""
     path = Path(path) if path is not None else SHIPPED
     if not path.exists():
         raise FileNotFoundError(f"找不到检查点文件 {path}")
+    if _wants_cuda(map_location) and not torch.cuda.is_available():
+        raise CheckpointError(f"不能把 {path.name} 加载到 {map_location}：这台机器没有可用的 CUDA")
     try:
         obj = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as e:  # 损坏的 zip、不安全的 pickle、根本不是 PyTorch 文件……
@@ -83,7 +188,36 @@ def load_raw(path: str | Path | None = None, map_location="cpu") -> dict:
     missing = [k for k in REQUIRED_KEYS if k not in obj]
     if missing:
         raise CheckpointError(f"{path.name} 缺少字段 {missing}，文件不完整")
+    _check_fields(obj, path.name)
+    if "sha256" in obj and payload_sha256(obj) != obj["sha256"]:
+        raise CheckpointError(f"{path.name} 的校验和不符：权重或优化器数据在保存之后被改动或损坏")
     return obj
+
+
+def _wants_cuda(map_location) -> bool:
+    try:
+        return isinstance(map_location, (str, torch.device)) and \
+            torch.device(map_location).type == "cuda"
+    except RuntimeError:                         # 不认识的设备名：交给 torch.load 报错
+        return False
+
+
+def _check_fields(obj: dict, name: str) -> None:
+    """每个字段的类型：坏的字段在这里变成 CheckpointError，而不是之后的 TypeError。"""
+    kinds = {"config": dict, "model": dict, "tokenizer": dict, "meta": dict, "rng": dict}
+    for key, kind in kinds.items():
+        if not isinstance(obj[key], kind):
+            raise CheckpointError(f"{name} 的字段 {key!r} 应是 {kind.__name__}，"
+                                  f"收到 {type(obj[key]).__name__}")
+    if not all(isinstance(v, torch.Tensor) for v in obj["model"].values()):
+        raise CheckpointError(f"{name} 的权重里有不是张量的条目")
+    step = obj["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{name} 的 step 应是 ≥ 0 的整数，收到 {step!r}")
+    if obj["optimizer"] is not None and not isinstance(obj["optimizer"], dict):
+        raise CheckpointError(f"{name} 的优化器状态应是 dict 或 None")
+    if "sha256" in obj and not isinstance(obj["sha256"], str):
+        raise CheckpointError(f"{name} 的 sha256 字段应是字符串")
 
 
 def _config_and_tokenizer(obj: dict, name: str):
@@ -111,12 +245,12 @@ def load(path: str | Path | None = None, map_location="cpu", eval_mode: bool = T
     model.to(map_location if isinstance(map_location, (str, torch.device)) else "cpu")
     if eval_mode:
         model.eval()
-    meta = {"step": obj["step"], "config": cfg, **obj.get("meta", {})}
+    meta = {"step": obj["step"], "config": cfg, **obj["meta"]}
     return model, tok, meta
 
 
-def load_weights(model: GPT, state: dict) -> None:
-    """把 state 载入 model（bf16 存储会还原为 fp32），形状或键不符时给出清楚的错误。"""
+def check_weights(model: GPT, state: dict) -> None:
+    """state 能否载入 model：键、形状、dtype 类别（浮点/整数/布尔）一致，浮点权重全是有限数。"""
     own = model.state_dict()
     missing, extra = sorted(set(own) - set(state)), sorted(set(state) - set(own))
     if missing or extra:
@@ -125,17 +259,61 @@ def load_weights(model: GPT, state: dict) -> None:
         if v.shape != own[k].shape:
             raise CheckpointError(f"参数 {k} 形状不符：检查点 {tuple(v.shape)}，"
                                   f"模型 {tuple(own[k].shape)}")
+        if v.is_floating_point() != own[k].is_floating_point() or \
+                (v.dtype == torch.bool) != (own[k].dtype == torch.bool):
+            raise CheckpointError(f"参数 {k} 的类型不符：检查点 {v.dtype}，模型 {own[k].dtype}")
+        if v.is_floating_point() and not torch.isfinite(v).all():
+            raise CheckpointError(f"参数 {k} 里有 NaN 或 inf（训练发散后保存的？）")
+
+
+def load_weights(model: GPT, state: dict) -> None:
+    """把 state 载入 model（bf16 存储会还原为 fp32），不符时给出清楚的错误、不改动 model。"""
+    check_weights(model, state)
+    own = model.state_dict()
     model.load_state_dict({k: v.to(own[k].dtype) for k, v in state.items()})
+
+
+def check_optimizer_state(optimizer, saved: dict, params_by_index: list[torch.Tensor]) -> None:
+    """优化器状态能否载入：分组数、每组参数个数、每个参数的状态张量形状都要一致。"""
+    groups = saved.get("param_groups")
+    if not isinstance(groups, list) or not isinstance(saved.get("state"), dict):
+        raise CheckpointError("检查点里的优化器状态缺少 param_groups / state")
+    if len(groups) != len(optimizer.param_groups):
+        raise CheckpointError(f"优化器参数分组数不同：检查点 {len(groups)}，"
+                              f"当前 {len(optimizer.param_groups)}")
+    for i, (g, own) in enumerate(zip(groups, optimizer.param_groups)):
+        if not isinstance(g, dict) or len(g.get("params", ())) != len(own["params"]):
+            raise CheckpointError(f"优化器第 {i} 组的参数个数不同")
+    for idx, st in saved["state"].items():
+        if not isinstance(idx, int) or not 0 <= idx < len(params_by_index):
+            raise CheckpointError(f"优化器状态里有不存在的参数编号 {idx!r}")
+        shape = params_by_index[idx].shape
+        for key, v in (st.items() if isinstance(st, dict) else ()):
+            if isinstance(v, torch.Tensor) and v.dim() > 0 and v.shape != shape:
+                raise CheckpointError(f"优化器状态 {key}（参数 {idx}）形状 {tuple(v.shape)}，"
+                                      f"参数是 {tuple(shape)}")
+
+
+def _check_rng(rng: dict) -> None:
+    state = rng.get("torch")
+    own = torch.get_rng_state()
+    if not isinstance(state, torch.Tensor) or state.dtype != own.dtype or \
+            state.shape != own.shape:
+        raise CheckpointError("检查点里的随机数状态损坏（torch 的 RNG 状态大小或类型不对）")
+    if torch.cuda.is_available() and "cuda" in rng and \
+            len(rng["cuda"]) != torch.cuda.device_count():
+        raise CheckpointError("检查点里的 CUDA 随机数状态与本机 GPU 数目不符")
 
 
 def resume(path: str | Path, model: GPT, optimizer=None, tokenizer=None) -> int:
     """把检查点里的权重、优化器与随机数状态恢复到已建好的对象上，返回步数。
 
     批次由 (seed, step) 决定（见 ``train.batch_generator``），dropout 用全局随机数，
-    这里一并恢复，所以接着训练与不中断地训练完全一样。
+    这里一并恢复，所以接着训练与不中断地训练完全一样。任何一项不符都在改动之前报错。
     """
     obj = load_raw(path)
-    cfg, tok = _config_and_tokenizer(obj, Path(path).name)
+    name = Path(path).name
+    cfg, tok = _config_and_tokenizer(obj, name)
     if cfg != model.config:
         diff = {k: (v, getattr(model.config, k)) for k, v in cfg.to_dict().items()
                 if getattr(model.config, k) != v}
@@ -143,10 +321,16 @@ def resume(path: str | Path, model: GPT, optimizer=None, tokenizer=None) -> int:
         raise CheckpointError(f"检查点的配置与当前模型不同，不能接着训练：{shown}")
     if tokenizer is not None and tok.to_dict() != tokenizer.to_dict():
         raise CheckpointError("检查点的词表与当前分词器不同，不能接着训练")
-    load_weights(model, obj["model"])
+    check_weights(model, obj["model"])
     if optimizer is not None:
         if obj["optimizer"] is None:
             raise CheckpointError("检查点里没有优化器状态（可能是只含权重的发布版）")
+        params = [p for g in optimizer.param_groups for p in g["params"]]
+        check_optimizer_state(optimizer, obj["optimizer"], params)
+    _check_rng(obj["rng"])
+    # ---- 到这里全部检查过了，才开始改动 ----
+    load_weights(model, obj["model"])
+    if optimizer is not None:
         optimizer.load_state_dict(obj["optimizer"])
     torch.set_rng_state(obj["rng"]["torch"])
     if torch.cuda.is_available() and "cuda" in obj["rng"]:

@@ -4,6 +4,13 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
+# block_size 的上限：每层的因果掩码是 [T, T] 的 bool 缓冲区，T = 8192 时每层 64 MB
+MAX_BLOCK_SIZE = 8192
+
+
+def _is_real(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -35,15 +42,28 @@ class GPTConfig:
             if getattr(self, name) not in ok:
                 raise ValueError(f"{name}={getattr(self, name)!r} 无效；可选：{', '.join(ok)}")
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} 必须 ≥ 1，收到 {getattr(self, name)}")
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int):
+                raise ValueError(f"{name} 必须是整数，收到 {v!r}")
+            if v < 1:
+                raise ValueError(f"{name} 必须 ≥ 1，收到 {v}")
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise ValueError(f"block_size={self.block_size} 太大：上限 {MAX_BLOCK_SIZE}"
+                             "（因果掩码要 block_size² 个元素的内存）")
         if self.n_embd % self.n_head:
             raise ValueError(f"n_embd={self.n_embd} 必须能被 n_head={self.n_head} 整除")
         if self.pos == "rope" and self.head_dim % 2:
             raise ValueError(f"RoPE 需要偶数的 head_dim，收到 {self.head_dim}")
         for name in ("dropout", "attn_dropout", "resid_dropout"):
-            if not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} 必须在 [0, 1) 内，收到 {getattr(self, name)}")
+            if not _is_real(getattr(self, name)) or not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} 必须在 [0, 1) 内，收到 {getattr(self, name)!r}")
+        for name in ("bias", "tie_weights"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} 必须是 True 或 False，收到 {getattr(self, name)!r}")
+        for name, lo in (("norm_eps", 0.0), ("rope_base", 1.0), ("init_std", 0.0)):
+            v = getattr(self, name)
+            if not _is_real(v) or not math.isfinite(v) or not v > lo:
+                raise ValueError(f"{name} 必须是 > {lo:g} 的有限数，收到 {v!r}")
 
     @property
     def head_dim(self) -> int:
@@ -61,6 +81,8 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
+        if not isinstance(d, dict):
+            raise ValueError(f"配置应是 dict，收到 {type(d).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
@@ -102,7 +124,7 @@ def preset(name: str, **overrides) -> GPTConfig:
     if name not in _DESIGNS:
         raise ValueError(f"没有名为 {name!r} 的预设；可选：{', '.join(_DESIGNS)}")
     base = GPTConfig(**_DESIGNS[name])
-    try:
-        return replace(base, **overrides)
-    except TypeError as e:
-        raise ValueError(f"预设覆盖里有未知字段：{e}") from None
+    unknown = set(overrides) - {f.name for f in fields(GPTConfig)}
+    if unknown:
+        raise ValueError(f"预设覆盖里有未知字段：{sorted(unknown)}")
+    return replace(base, **overrides)

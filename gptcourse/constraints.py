@@ -19,6 +19,8 @@
 先放弃平仄，再放弃押韵，诗体与藏头永不放宽；放宽过的约束记在 ``fallbacks`` 里。
 
 只给藏头、不给诗体时：句数 = 藏头字数（4 或 8），每句 5 字还是 7 字由模型在第一句里自己决定。
+诗体和藏头都不给、只要押韵或平仄时：四种诗体都可以——每句几个字由第一句决定，写完第 4 句后
+模型可以结束（绝句），也可以接着写满 8 句（律诗）。
 
 状态（第几句、这一句写了几个字、韵部候选、各字的平仄）按"当前这首诗的文本"缓存：
 ``allowed(poem)`` 只需在 ``poem[:-1]`` 的状态上前进一个字，所以每一步的开销与诗的长度无关。
@@ -64,9 +66,8 @@ class VerseConstraint:
 
     def __init__(self, tok, form: str | None = None, acrostic: str | None = None,
                  rhyme: bool = False, rhyme_group: str | None = None, tones: bool = False):
-        if form is None and not acrostic:
-            what = "押韵/平仄约束" if rhyme or rhyme_group or tones else "VerseConstraint"
-            raise ValueError(f"{what}需要诗体 form 或藏头 acrostic（才知道每句在哪里结束）")
+        if form is None and not acrostic and not (rhyme or rhyme_group or tones):
+            raise ValueError("VerseConstraint 需要诗体 form、藏头 acrostic 或押韵/平仄约束之一")
         if form is not None and form not in FORMS:
             raise ValueError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
         pieces = _pieces(tok)
@@ -76,7 +77,7 @@ class VerseConstraint:
         if COMMA not in self._id or PERIOD not in self._id:
             raise ValueError("诗体约束需要词表里有单独的“，”和“。”词元")
         self.line_len: int | None = None      # None = 由模型在第一句里选 5 或 7
-        self.n_lines = len(acrostic) if acrostic else 0
+        self.n_lines: int | None = len(acrostic) if acrostic else None   # None = 4 或 8 句
         if form is not None:
             self.line_len, self.n_lines = FORMS[form]
         if acrostic:
@@ -137,8 +138,8 @@ class VerseConstraint:
 
     def _step(self, s: State, ch: str) -> State:
         line, count, L, cur, prev, groups = s
-        if line >= self.n_lines:
-            raise ValueError(f"这首诗已经写完 {self.n_lines} 句，后面不能再有“{ch}”")
+        if line >= (self.n_lines or 8):
+            raise ValueError(f"这首诗已经写完 {self.n_lines or 8} 句，后面不能再有“{ch}”")
         if ch in PUNCT:
             if not (count == L if L is not None else count in (5, 7)):
                 raise ValueError(f"第 {line + 1} 句有 {count} 个字，应为 {L if L else '5 或 7'} 个")
@@ -225,8 +226,10 @@ class VerseConstraint:
     def allowed(self, poem: str) -> torch.Tensor:
         """下一个词元的允许掩码 [V]（True = 允许）。"""
         s = self._parse(poem)
-        if s.line == self.n_lines:
+        if s.line == (self.n_lines or 8):
             return self.only(self.eos_id)                        # 写完了：只能结束
+        if self.n_lines is None and s.line == 4 and s.count == 0:
+            return self._hanzi_mask(s) | self.only(self.eos_id)  # 没定诗体：绝句到此可结束
         ends = self._ends[s.line % 2]
         if s.count == (s.L or 7):
             return ends                                          # 一句写满：只能是句末标点

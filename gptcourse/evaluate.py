@@ -35,15 +35,8 @@ def encode_text(tok, text: str) -> torch.Tensor:
     """text → [N] 的 id（词表外的字映射为 <unk>；没有 <unk> 的词表遇到生字会报错）。"""
     if not isinstance(text, str) or not text:
         raise ValueError("要评估的文本必须是非空字符串")
-    errors = "unk" if getattr(tok, "unk_id", None) is not None else "strict"
+    errors = "unk" if tok.unk_id is not None else "strict"
     return torch.tensor(tok.encode(text, errors=errors), dtype=torch.long)
-
-
-def _eos_id(tok) -> int | None:
-    try:
-        return tok.eos_id
-    except (AttributeError, ValueError):
-        return None
 
 
 def window_plan(n: int, block_size: int, stride: int) -> list[tuple[int, int]]:
@@ -72,13 +65,14 @@ def token_losses(model, tok, text: str, batch_size: int = 32, block_size: int | 
 
     打分规则见模块说明；block_size 默认取模型的上下文长度，stride 默认 block_size // 2。
     """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(f"batch_size 必须是 ≥ 1 的整数，收到 {batch_size!r}")
     T = block_size or model.config.block_size
     if T > model.config.block_size:
         raise ValueError(f"block_size={T} 超过模型的上下文 {model.config.block_size}")
     stride = stride or max(1, T // 2)
     ids = encode_text(tok, text)
-    eos = _eos_id(tok)
-    seq = torch.cat([torch.tensor([eos]), ids]) if eos is not None else ids   # [N+1]
+    seq = torch.cat([torch.tensor([tok.eos_id]), ids])                       # [N+1]
     inputs, targets = seq[:-1], seq[1:]                                      # 各 [N]
     n = len(targets)
     if n == 0:
@@ -88,7 +82,7 @@ def token_losses(model, tok, text: str, batch_size: int = 32, block_size: int | 
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()
-    out = torch.empty(n)
+    out = torch.full((n,), float("nan"))              # 每个位置恰好写一次；NaN = 没打分
     try:
         for b in range(0, len(plan), batch_size):
             chunk = plan[b:b + batch_size]
@@ -101,6 +95,9 @@ def token_losses(model, tok, text: str, batch_size: int = 32, block_size: int | 
                 out[first:s + Tw] = loss[row, first - s:]
     finally:
         model.train(was_training)
+    if not torch.isfinite(out).all():
+        raise ValueError(f"有 {int((~torch.isfinite(out)).sum())} 个位置的损失不是有限数"
+                         "（模型输出了 NaN/inf？）")
     return out
 
 
@@ -160,8 +157,7 @@ class NGramCounts:
 
     def _with_eos(self, text: str) -> np.ndarray:
         ids = encode_text(self.tok, text).numpy()
-        eos = _eos_id(self.tok)
-        return np.concatenate([[eos], ids]) if eos is not None else ids
+        return np.concatenate([[self.tok.eos_id], ids])
 
     def loss(self, text: str, order: int, k: float) -> float:
         """加 k 平滑的 order 元模型在 text 上的平均损失（nats / 字）。"""
@@ -278,8 +274,13 @@ def cli_main(args) -> int:
     from .acceptance import acceptance_checks, acceptance_table, sample_poems
     from .data import load_corpus
 
+    from .sampling import check_sampling_args
+
     if args.samples < 1:
         raise ValueError(f"--samples 必须 ≥ 1，收到 {args.samples}")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size 必须 ≥ 1，收到 {args.batch_size}")
+    check_sampling_args(temperature=args.temperature)          # 先检查参数，再做耗时的打分
     model, tok, meta = checkpoint.load(args.checkpoint)
     corpus = load_corpus(args.corpus)
     name = args.checkpoint or "随课程发布的模型"

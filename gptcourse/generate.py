@@ -13,6 +13,9 @@
   所以 ``generate_batch(prompts, seed=s)[i] == generate(prompts[i], seed=s + i)``。
 - 生成时从不采样 <unk>；``form`` / ``acrostic`` / ``rhyme`` / ``tones`` 的约束见
   :mod:`gptcourse.constraints`。
+- 每一步的开销：模型只算新位置（K/V 写进预分配的缓存）；选词整批一次完成
+  （:func:`~gptcourse.sampling.sample_rows`，只有重复惩罚和格式约束逐行）；约束要看的
+  "当前这首诗"的文本逐字增量维护，不必每步把整行重新解码。
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ import torch
 
 from .constraints import FORMS, VerseConstraint
 from .sampling import (NEG_INF, apply_repetition_penalty, apply_temperature,  # noqa: F401
-                       check_sampling_args, sample_next, top_k_filter, top_p_filter)
+                       check_sampling_args, sample_next, sample_rows, top_k_filter, top_p_filter)
 DEFAULT_MAX_NEW_TOKENS = 100
 
 
@@ -70,7 +73,7 @@ def _decode(model, tok, prompts: list[str], *, max_new_tokens: int | None, tempe
     if max_new_tokens is None:
         max_new_tokens = DEFAULT_MAX_NEW_TOKENS
         if cons is not None:       # 正好够写完一整首（每句按 7 字 + 标点算）再加结束符
-            max_new_tokens = cons.n_lines * ((cons.line_len or 7) + 1) + 1
+            max_new_tokens = (cons.n_lines or 8) * ((cons.line_len or 7) + 1) + 1
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
             or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens 必须是 ≥ 0 的整数，收到 {max_new_tokens!r}")
@@ -84,7 +87,7 @@ def _decode(model, tok, prompts: list[str], *, max_new_tokens: int | None, tempe
         if cons is not None:
             poem = _current_poem(p)
             line, count, L = cons.state(poem)                     # 提示不合格式 → ValueError
-            need = cons.n_lines * ((L or 7) + 1) + 1 - len(poem)
+            need = (cons.n_lines or 8) * ((L or 7) + 1) + 1 - len(poem)
             if max_new_tokens < need:
                 raise ValueError(f"max_new_tokens={max_new_tokens} 不够写完这首诗"
                                  f"（还需要 {need} 个词元）")
@@ -92,14 +95,14 @@ def _decode(model, tok, prompts: list[str], *, max_new_tokens: int | None, tempe
     gens = [None] * len(rows)
     if seed is not None:
         gens = [torch.Generator(device=device).manual_seed(int(seed) + i) for i in range(len(rows))]
-    banned = torch.zeros(tok.vocab_size, dtype=torch.bool)
-    if getattr(tok, "unk_id", None) is not None:
-        banned[tok.unk_id] = True                                  # 从不生成 <unk>
+    unk = getattr(tok, "unk_id", None)
+    banned = torch.tensor([] if unk is None else [unk], dtype=torch.long, device=device)  # 从不生成
+    poems = [_current_poem(p) for p in prompts] if cons is not None else None   # 每行当前这首诗
     B, L0 = len(rows), min(n_prompt)
     seq = torch.tensor([r[:L0] for r in rows], dtype=torch.long, device=device)   # [B, L0]
     cache = model.new_cache() if use_cache else None
     produced, done = [0] * B, [False] * B
-    with eval_mode(model), torch.no_grad():
+    with eval_mode(model):
         while True:
             t = seq.shape[1]
             for i in range(B):
@@ -108,42 +111,48 @@ def _decode(model, tok, prompts: list[str], *, max_new_tokens: int | None, tempe
                     done[i] = True
             if all(done):
                 return
-            if cache is not None and t <= bs:                     # 只把新位置送进模型
-                logits = model(seq[:, cache.length:], cache=cache)[0][:, -1]     # [B, V]
-            else:                                                  # 无缓存，或上下文已满：整段重算
-                logits = model(seq[:, -bs:])[0][:, -1]                           # [B, V]
-            step, out = [], []                                     # 送进模型的 / 产出的
+            live = [i for i in range(B) if not done[i] and t >= n_prompt[i]]   # 这一步要抽样的行
+            with torch.inference_mode():      # 只包住这一步：yield 出去之后调用方不受影响
+                if cache is not None and t <= bs:                 # 只把新位置送进模型
+                    logits = model(seq[:, cache.length:], cache=cache)[0][:, -1]     # [B, V]
+                else:                                              # 无缓存，或上下文已满：整段重算
+                    logits = model(seq[:, -bs:])[0][:, -1]                           # [B, V]
+                picked = _choose(logits, live, rows, poems, bs, eos, cons, banned, temperature,
+                                 top_k, top_p, repetition_penalty, gens) if live else []
+            step, out = [eos] * B, [None] * B    # 已结束的行送结束符占位，保持批次是矩形
             for i in range(B):
-                if done[i]:
-                    step.append(eos)                               # 占位，保持批次是矩形
-                    out.append(None)
-                elif t < n_prompt[i]:
-                    step.append(rows[i][t])                        # 还在喂提示（强制）
-                    out.append(None)
-                else:
-                    nxt = _choose(logits[i], rows[i], bs, tok, cons, banned, temperature,
-                                  top_k, top_p, repetition_penalty, gens[i])
-                    rows[i].append(nxt)
-                    produced[i] += 1
-                    step.append(nxt)
-                    out.append(nxt)
+                if not done[i] and t < n_prompt[i]:
+                    step[i] = rows[i][t]                           # 还在喂提示（强制）
+            for i, nxt in zip(live, picked):
+                rows[i].append(nxt)
+                produced[i] += 1
+                step[i] = out[i] = nxt
+                if poems is not None:                              # 增量维护，不必每步重新解码整行
+                    poems[i] = _current_poem(poems[i] + tok.decode([nxt]))
             seq = torch.cat([seq, torch.tensor(step, device=device)[:, None]], dim=1)  # [B, t+1]
             yield out
 
 
-def _choose(logits, row, bs, tok, cons, banned, temperature, top_k, top_p, penalty, gen) -> int:
-    """一行的一步：重复惩罚 → 格式/禁用掩码 → 采样。logits [V]；row 是这一行到目前为止的全部 id。"""
-    logits = logits.float()
+def _choose(logits, live, rows, poems, bs, eos, cons, banned, temperature, top_k, top_p, penalty,
+            gens) -> list[int]:
+    """这一步所有要抽样的行（``live``）一起选词：重复惩罚 → 格式/禁用掩码 → 采样。
+
+    logits [B, V]；rows[i] 是第 i 行到目前为止的全部 id，poems[i] 是它当前这首诗的文本。
+    只有重复惩罚和格式约束逐行处理；其余（禁用 <unk>、温度、top-k、top-p、softmax）整批一次算完。
+    """
+    logits = logits[live].float() if len(live) < logits.shape[0] else logits.float()   # [b, V]
     if penalty != 1:                                               # 只惩罚模型看得见的窗口里的字
-        seen = sorted(set(row[-bs:]) - {tok.eos_id})                  # 结束符是结构，不惩罚
-        logits = apply_repetition_penalty(logits, seen, penalty)
-    allowed = ~banned.to(logits.device)
+        for j, i in enumerate(live):
+            seen = sorted(set(rows[i][-bs:]) - {eos})                 # 结束符是结构，不惩罚
+            logits[j] = apply_repetition_penalty(logits[j], seen, penalty)
+    logits = logits.index_fill(-1, banned, NEG_INF)               # 从不生成 <unk>
     if cons is not None:
-        allowed = allowed & cons.allowed(_current_poem(tok.decode(row))).to(logits.device)
-    if not allowed.any():
-        raise ValueError("格式约束与禁用词元叠加后没有任何可选的词元")
-    logits = logits.masked_fill(~allowed, NEG_INF)
-    return int(sample_next(logits, temperature, top_k, top_p, gen))
+        allowed = torch.stack([cons.allowed(poems[i]) for i in live]).to(logits.device)  # [b, V]
+        allowed[:, banned] = False
+        if not allowed.any(-1).all():
+            raise ValueError("格式约束与禁用词元叠加后没有任何可选的词元")
+        logits = logits.masked_fill(~allowed, NEG_INF)
+    return sample_rows(logits, temperature, top_k, top_p, [gens[i] for i in live]).tolist()
 
 
 # ---------------------------------------------------------------- 公开接口
@@ -154,6 +163,9 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
                    acrostic: str | None = None, rhyme: bool = False,
                    rhyme_group: str | None = None, tones: bool = False) -> list[str]:
     """一次生成一批提示（长度可以不同）→ 每行 提示 + 续写。第 i 行的种子是 ``seed + i``。"""
+    if isinstance(prompts, str):
+        raise TypeError("prompts 应是提示的列表，收到一个字符串；只写一首请用 generate()，"
+                        f"或写成 [{prompts!r}]")
     prompts = list(prompts)
     new: list[list[int]] = [[] for _ in prompts]
     for step in _decode(model, tok, prompts, max_new_tokens=max_new_tokens,
@@ -175,14 +187,24 @@ def stream_tokens(model, tok, prompt: str = "", max_new_tokens: int | None = Non
                   use_cache: bool = True, form: str | None = None,
                   acrostic: str | None = None, rhyme: bool = False,
                   rhyme_group: str | None = None, tones: bool = False) -> Iterator[str]:
-    """逐个产出新生成的文字片段（不含提示与最后的结束符）。拼起来 == generate() 的续写部分。"""
+    """逐个产出新生成的文字片段（不含提示与最后的结束符）。拼起来 == generate() 的续写部分。
+
+    字节级 BPE 的一个词元可能只是一个汉字的前一两个字节：这时先攒着，等字节凑齐了再一起产出。
+    """
+    pending: list[int] = []                                       # 还没凑成完整文字的词元
     for (t,) in _decode(model, tok, [prompt], max_new_tokens=max_new_tokens,
                         temperature=temperature, top_k=top_k, top_p=top_p,
                         repetition_penalty=repetition_penalty, seed=seed, use_cache=use_cache,
                         form=form, acrostic=acrostic, rhyme=rhyme, rhyme_group=rhyme_group,
                         tones=tones):
         if t is not None and t != tok.eos_id:
-            yield tok.decode([t])
+            pending.append(t)
+            text = tok.decode(pending)
+            if not text.endswith("\ufffd"):                       # 最后一个字是完整的
+                yield text
+                pending = []
+    if pending:
+        yield tok.decode(pending)
 
 
 def generate(model, tok, prompt: str = "", max_new_tokens: int | None = None,

@@ -35,27 +35,53 @@ def make_norm(cfg: GPTConfig) -> nn.Module:
 
 
 class KVCache:
-    """推理用的 KV 缓存：每层保存已经算过的 K 和 V（Q 用完即弃，不缓存）。
+    """推理用的 KV 缓存：每层一块**预先分配**的 K、V 缓冲区 [B, H, S_max, D]（Q 用完即弃，不缓存）。
 
-    layers[i] = (k, v)，各为 [B, H, S, D]。``length`` 就是新词元的起始位置。
+    新位置的 K、V 直接写进缓冲区里它们自己的那几格，不用 ``torch.cat`` 把旧缓存复制一遍
+    （逐步拼接时每一步都要搬运整个缓存，总搬运量随长度平方增长）。缓冲区在第一次写入时按
+    K 的批大小、头数、dtype 和设备分配；S_max = 模型的 block_size。
+
+    ``length``：已经写入的位置数，也就是下一批新词元的起始位置。一次前向里每一层都在同一个
+    ``start`` 处写入，所有层写完之后模型才调用 ``advance`` 让它前进。
     """
 
-    def __init__(self, n_layer: int):
-        self.layers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * n_layer
+    def __init__(self, n_layer: int, max_len: int):
+        self.n_layer, self.max_len = n_layer, max_len
+        self.k: list[torch.Tensor] = []                  # 每层 [B, H, S_max, D]
+        self.v: list[torch.Tensor] = []
+        self._length = 0
 
     @property
     def length(self) -> int:
-        return 0 if self.layers[0] is None else self.layers[0][0].shape[2]
+        return self._length
 
-    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        if self.layers[layer] is not None:
-            pk, pv = self.layers[layer]
-            k, v = torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2)   # [B, H, S, D]
-        self.layers[layer] = (k, v)
-        return k, v
+    def write(self, layer: int, start: int, k: torch.Tensor, v: torch.Tensor):
+        """把新位置的 k、v [B, H, T, D] 写到 start 处 → 位置 0…start+T−1 的 K、V（视图）。"""
+        if layer == len(self.k):                         # 第一次前向：为这一层分配缓冲区
+            B, H, _, D = k.shape
+            self.k.append(k.new_empty(B, H, self.max_len, D))
+            self.v.append(v.new_empty(B, H, self.max_len, D))
+        kb, vb = self.k[layer], self.v[layer]
+        if k.shape[0] != kb.shape[0]:
+            raise ValueError(f"缓存是按批大小 {kb.shape[0]} 建的，这次输入的批大小是 {k.shape[0]}；"
+                             "换一批输入请用 model.new_cache() 新建缓存")
+        end = start + k.shape[2]
+        kb[:, :, start:end] = k
+        vb[:, :, start:end] = v
+        return kb[:, :, :end], vb[:, :, :end]            # [B, H, S, D]，S = start + T
+
+    def advance(self, n: int) -> None:
+        self._length += n
+
+    @property
+    def layers(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """每层已写入部分的 (K, V)，各 [B, H, length, D]（缓冲区的视图）。"""
+        n = self._length
+        return [(k[:, :, :n], v[:, :, :n]) for k, v in zip(self.k, self.v)]
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for kv in self.layers if kv for t in kv)
+        """已写入的 K、V 占的字节数（= 2·L·B·length·C·每个数的字节数）。"""
+        return sum(t.numel() * t.element_size() for kv in self.layers for t in kv)
 
 
 class CausalSelfAttention(nn.Module):
@@ -86,24 +112,38 @@ class CausalSelfAttention(nn.Module):
             return self.qkv(x).split(x.shape[-1], dim=-1)
         return self.q(x), self.k(x), self.v(x)
 
+    def split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        """x [B, T, C] → Q、K、V 拆成多头后叠在一起 [3, B, H, T, D]（融合 qkv 时不复制数据）。"""
+        B, T, C = x.shape
+        if hasattr(self, "qkv"):
+            qkv = self.qkv(x).view(B, T, 3, self.n_head, self.head_dim)   # [B, T, 3, H, D]
+        else:
+            qkv = torch.stack(self.split_qkv(x), dim=2).view(B, T, 3, self.n_head, self.head_dim)
+        return qkv.permute(2, 0, 3, 1, 4)                            # [3, B, H, T, D]
+
     def forward(self, x, rope=None, cache: KVCache | None = None, layer: int = 0, start: int = 0):
         """x [B, T, C] → [B, T, C]。start：这批新词元在序列里的绝对起始位置（= 缓存长度）。"""
         B, T, C = x.shape
-        H, D = self.n_head, self.head_dim
-        q, k, v = self.split_qkv(x)                                  # 各 [B, T, C]
-        q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in (q, k, v))   # [B, H, T, D]
+        D = self.head_dim
+        qkv = self.split_heads(x)                                    # [3, B, H, T, D]
         if self.use_rope:                                            # 只旋转 Q 和 K，V 不动
             cos, sin = rope
-            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            q, k = apply_rope(qkv[:2], cos, sin).unbind(0)           # Q、K 一起转：各 [B, H, T, D]
+        else:
+            q, k = qkv[0], qkv[1]
+        v = qkv[2]
         if cache is not None:
-            k, v = cache.append(layer, k, v)                         # [B, H, S, D]，S = start + T
+            k, v = cache.write(layer, start, k, v)                   # [B, H, S, D]，S = start + T
         S = k.shape[2]
-        mask = self.mask[start:start + T, :S]                        # [T, S]，True = 可以看
         p = self.attn_dropout if self.training else 0.0              # eval 时必须关掉 dropout
         if self.use_sdpa and not self.store_attn:
-            y = F.scaled_dot_product_attention(q, k, v, attn_mask=None if start == 0 else mask,
-                                               dropout_p=p, is_causal=start == 0 and T > 1)
+            # 三种情形：从位置 0 开始 → 标准因果掩码（is_causal）；缓存之后只有 1 个新位置 →
+            # 它可以看全部 S 个键，不需要掩码；缓存之后多个新位置 → 取掩码的 [start:start+T] 行
+            mask = None if start == 0 or T == 1 else self.mask[start:start + T, :S]
+            y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
+                                               is_causal=start == 0 and T > 1)
         else:
+            mask = self.mask[start:start + T, :S]                    # [T, S]，True = 可以看
             att = (q @ k.transpose(-2, -1)) / math.sqrt(D)           # [B, H, T, S]
             if self.store_attn:
                 self.last_scores = att.detach()
@@ -113,7 +153,7 @@ class CausalSelfAttention(nn.Module):
                 self.last_attn = att.detach()
             att = F.dropout(att, p, self.training)
             y = att @ v                                              # [B, H, T, D]
-        y = y.transpose(1, 2).contiguous().view(B, T, C)             # 合并各头 → [B, T, C]
+        y = y.transpose(1, 2).reshape(B, T, C)                       # 合并各头 → [B, T, C]
         return self.resid_drop(self.proj(y))
 
 
@@ -186,7 +226,7 @@ class GPT(nn.Module):
             nn.init.normal_(m.weight, 0.0, std)
 
     def new_cache(self) -> KVCache:
-        return KVCache(self.config.n_layer)
+        return KVCache(self.config.n_layer, self.config.block_size)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
                 cache: KVCache | None = None):
@@ -208,6 +248,8 @@ class GPT(nn.Module):
         x = self.drop(x)
         for i, block in enumerate(self.blocks):
             x = block(x, rope, cache, i, start)
+        if cache is not None:
+            cache.advance(T)                                         # 所有层都写完了，缓存前进
         logits = self.lm_head(self.norm_f(x))                        # [B, T, V]
         loss = None
         if targets is not None:

@@ -59,6 +59,10 @@ def check_notebook(path: Path) -> list[str]:
 
     nb = nbformat.read(path, as_version=4)
     problems: list[str] = []
+    try:
+        nbformat.validate(nb)
+    except nbformat.ValidationError as e:
+        problems.append(f"不符合 nbformat 规范：{_one_line(e)}")
     cells = nb.cells
     code = [c for c in cells if c.cell_type == "code"]
     counts = [c.execution_count for c in code]
@@ -123,6 +127,19 @@ def run_notebook(path: Path, timeout: int = 1800) -> float:
     return elapsed
 
 
+ANSI_RE = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _one_line(e: BaseException) -> str:
+    """异常 → 一行说明：单元格报错时是它的 ename: evalue，否则是异常类型与第一行消息。"""
+    if getattr(e, "ename", None):
+        text = f"{e.ename}: {getattr(e, 'evalue', '')}"
+    else:
+        first = next((line for line in str(e).splitlines() if line.strip()), "")
+        text = f"{type(e).__name__}: {first}"
+    return ANSI_RE.sub("", text).strip()[:200]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gptcourse.notebooks",
                                      description="重新执行课程笔记本（完整模式）或检查提交的输出")
@@ -139,12 +156,22 @@ def main(argv: list[str] | None = None) -> int:
         print("notebooks/ 下没有笔记本")
         return 1
     failed = 0
-    for path in paths:
+    for path in paths:                  # 一个笔记本坏了只报一行，接着处理其余的
         if args.cmd == "run":
             print(f"运行 {path.name} ……", flush=True)
-            elapsed = run_notebook(path, timeout=args.timeout)
+            try:
+                elapsed = run_notebook(path, timeout=args.timeout)
+            except Exception as e:      # 读不了的文件、单元格报错、内核超时……（文件保持原样）
+                print(f"  失败（文件未改动）：{_one_line(e)}", flush=True)
+                failed += 1
+                continue
             print(f"  完成，用时 {elapsed:.1f} 秒", flush=True)
-        problems = check_notebook(path)
+        try:
+            problems = check_notebook(path)
+        except Exception as e:          # 不是 JSON、不是 UTF-8、不合 nbformat 规范……
+            print(f"检查 {path.name}：无法读取：{_one_line(e)}")
+            failed += 1
+            continue
         status = "通过" if not problems else f"{len(problems)} 个问题"
         print(f"检查 {path.name}：{status}")
         for p in problems:

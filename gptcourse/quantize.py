@@ -58,7 +58,7 @@ def linear_summary(model: nn.Module) -> dict[str, int]:
     return out
 
 
-@torch.no_grad()
+@torch.inference_mode()
 def decode_speed(model: nn.Module, n_tokens: int = 64, prompt_len: int = 8, batch: int = 1,
                  use_cache: bool = True, repeats: int = 1, seed: int = 0) -> float:
     """贪心解码 n_tokens 个词元（不在结束符处停）的速度，词元/秒（取 repeats 次中最快的一次）。

@@ -30,14 +30,29 @@ def set_seed(seed: int) -> None:
 
 
 def get_device(prefer: str | None = None) -> torch.device:
-    """自动选择设备：CUDA → Apple MPS → CPU；``prefer`` 可强制指定。"""
+    """自动选择设备：CUDA → Apple MPS → CPU；``prefer`` 可强制指定（不认识或不可用 → ValueError）。
+    """
     if prefer:
-        return torch.device(prefer)
+        try:
+            device = torch.device(prefer)
+        except (RuntimeError, TypeError):
+            raise ValueError(f"不认识的设备 {prefer!r}；可选：cpu、cuda、cuda:0、mps") from None
+        if device.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"设备 {prefer!r} 不可用：这台机器没有可用的 CUDA")
+        if device.type == "mps" and not _mps_available():
+            raise ValueError(f"设备 {prefer!r} 不可用：这台机器没有 Apple MPS")
+        if device.type not in ("cpu", "cuda", "mps"):
+            raise ValueError(f"不支持的设备 {prefer!r}；可选：cpu、cuda、mps")
+        return device
     if torch.cuda.is_available():
         return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+    if _mps_available():
         return torch.device("mps")
     return torch.device("cpu")
+
+
+def _mps_available() -> bool:
+    return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
 
 
 @dataclass(frozen=True)

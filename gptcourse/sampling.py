@@ -3,40 +3,65 @@
 解码循环（:mod:`gptcourse.generate`）每一步按这个顺序调用它们：
 重复惩罚 → 格式掩码 → 温度 → top-k → top-p → softmax → 抽样（温度 0 时直接 argmax）。
 这些函数也从 ``gptcourse.generate`` 导出。
+
+数值边界（极端但合法的参数不会让 ``torch.multinomial`` 崩溃）：
+
+- ``0 < temperature < GREEDY_BELOW`` 按 τ → 0 的极限处理：只留下最大的 logit（并列的都留），
+  等同于贪心；否则 logits / 1e-300 会溢出成 inf。temperature 的上限是 ``MAX_TEMPERATURE``
+  （再大分布已经几乎均匀，而更大的数在 float32 里会变成 inf）。
+- top-p 永远保留概率最大的那个词元，哪怕 p 小到在 float32 里变成 0。
+- repetition_penalty 必须在 [``MIN_REPETITION_PENALTY``, ``MAX_REPETITION_PENALTY``] 之内：
+  更极端的值会把 logit 除成 inf 或乘成 NaN。
 """
 from __future__ import annotations
-
-import math
 
 import torch
 
 NEG_INF = float("-inf")
+GREEDY_BELOW = 1e-6              # 比它还小的正温度按贪心（τ → 0 的极限）处理
+MAX_TEMPERATURE = 100.0
+MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
 
 
 # ---------------------------------------------------------------- 参数检查
 def check_sampling_args(temperature=1.0, top_k=None, top_p=None, repetition_penalty=1.0) -> None:
     """不合法的采样参数 → ValueError（说明哪个参数、收到了什么、应该是什么）。"""
-    if not isinstance(temperature, (int, float)) or not math.isfinite(temperature) \
-            or temperature < 0:
+    if not _is_real(temperature) or not 0 <= temperature < float("inf"):
         raise ValueError(f"temperature 必须是 ≥ 0 的有限数（0 = 贪心），收到 {temperature!r}")
+    if temperature > MAX_TEMPERATURE:
+        raise ValueError(f"temperature 最大为 {MAX_TEMPERATURE:g}（更大时分布已几乎均匀），"
+                         f"收到 {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise ValueError(f"top_k 必须是 ≥ 1 的整数或 None，收到 {top_k!r}")
-    if top_p is not None and (not isinstance(top_p, (int, float)) or not 0 < top_p <= 1):
+    if top_p is not None and (not _is_real(top_p) or not 0 < top_p <= 1):
         raise ValueError(f"top_p 必须在 (0, 1] 之内或为 None，收到 {top_p!r}")
-    if not isinstance(repetition_penalty, (int, float)) or not math.isfinite(repetition_penalty) \
-            or repetition_penalty <= 0:
-        raise ValueError(f"repetition_penalty 必须 > 0（1 = 不惩罚），收到 {repetition_penalty!r}")
+    if not _is_real(repetition_penalty) \
+            or not MIN_REPETITION_PENALTY <= repetition_penalty <= MAX_REPETITION_PENALTY:
+        raise ValueError(f"repetition_penalty 必须在 [{MIN_REPETITION_PENALTY:g}, "
+                         f"{MAX_REPETITION_PENALTY:g}] 之内（1 = 不惩罚），"
+                         f"收到 {repetition_penalty!r}")
+
+
+def _is_real(v) -> bool:
+    """int 或 float（不含 bool），且不是 NaN。"""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
 
 
 # ---------------------------------------------------------------- 采样器：logits [..., V] 进出
 def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """logits / τ。τ < 1 让分布更尖，τ > 1 更平。
 
-    τ = 0 是贪心，不能相除（见 :func:`sample_next`）。
+    τ = 0 是贪心，不能相除（见 :func:`sample_next`）；0 < τ < ``GREEDY_BELOW`` 时取 τ → 0 的极限：
+    只保留最大的 logit（并列的都保留），其余设为 −∞。
+
+    >>> apply_temperature(torch.tensor([1.0, 3.0, 3.0]), 1e-300).tolist()
+    [-inf, 3.0, 3.0]
     """
     check_sampling_args(temperature=temperature)
     if temperature == 0:
         raise ValueError("temperature=0 表示贪心解码，不能用来除 logits；请直接取 argmax")
+    if temperature < GREEDY_BELOW:
+        return logits.masked_fill(logits < logits.amax(-1, keepdim=True), NEG_INF)
     return logits / temperature
 
 
@@ -70,8 +95,8 @@ def top_p_filter(logits: torch.Tensor, p: float | None) -> torch.Tensor:
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
     probs = sorted_logits.float().softmax(-1)                        # [..., V]，从大到小
     before = torch.cumsum(probs, -1) - probs                         # 排在前面的累计概率
-    before[..., 0] = 0.0                                             # 第一名前面什么都没有
     remove_sorted = before >= p
+    remove_sorted[..., 0] = False                                    # 第一名永远保留（p 再小也是）
     remove = remove_sorted.scatter(-1, order, remove_sorted)         # 还原回词表顺序
     return logits.masked_fill(remove, NEG_INF)
 
@@ -103,11 +128,37 @@ def sample_next(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
 
     顺序：温度 → top-k → top-p → softmax → 按概率抽样。temperature=0 时直接取 argmax（贪心）。
     """
+    probs = _probs(logits, temperature, top_k, top_p)
+    if probs is None:
+        return logits.argmax(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sample_rows(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                top_p: float | None = None,
+                generators: list[torch.Generator | None] | None = None) -> torch.Tensor:
+    """一批 logits [B, V]，第 i 行用 ``generators[i]`` 抽样 → [B] 的 id。
+
+    温度、top-k、top-p、softmax 整批一次算完；只有抽样这一步逐行（每行有自己的随机数发生器）。
+    第 i 行的结果与 ``sample_next(logits[i], …, generator=generators[i])`` 相同。
+    """
+    probs = _probs(logits, temperature, top_k, top_p)
+    if probs is None:
+        return logits.argmax(-1)
+    if generators is None or all(g is None for g in generators):
+        return torch.multinomial(probs, 1).squeeze(-1)
+    if len(generators) != probs.shape[0]:
+        raise ValueError(f"generators 有 {len(generators)} 个，logits 却有 {probs.shape[0]} 行")
+    rows = zip(probs.unbind(0), generators)
+    return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in rows])
+
+
+def _probs(logits, temperature, top_k, top_p) -> torch.Tensor | None:
+    """温度 → top-k → top-p → softmax 之后的概率 [..., V]；temperature=0（贪心）时返回 None。"""
     check_sampling_args(temperature, top_k, top_p)
     if torch.isneginf(logits).all(-1).any():
         raise ValueError("没有任何可选的词元（所有 logits 都被屏蔽成了 −∞）")
     if temperature == 0:
-        return logits.argmax(-1)
+        return None
     logits = apply_temperature(logits.float(), temperature)
-    probs = top_p_filter(top_k_filter(logits, top_k), top_p).softmax(-1)
-    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return top_p_filter(top_k_filter(logits, top_k), top_p).softmax(-1)

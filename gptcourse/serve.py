@@ -1,120 +1,115 @@
 """网页演示：``python -m gptcourse serve``，只用标准库的 ``http.server``。
 
-- ``GET /``：一个中文页面（提示、诗体、藏头、温度/top-k/top-p 滑块，诗一个字一个字地出现）；
-  ``GET /font.otf`` 是课程自带的中文字体，没装中文字体的机器也能正常显示；
+- ``GET /``：一个中文页面（提示、诗体、藏头、温度/top-k/top-p 滑块，诗一个字一个字地出现），
+  脚本和样式是同源的 ``/app.js``、``/style.css``；``/font.otf`` 是课程自带的中文字体；
 - ``GET /api/info``：模型与参数范围；
-- ``POST /api/generate``：JSON 参数（与 :func:`gptcourse.generate.generate` 相同）→ JSON 结果；
+- ``POST /api/generate``：JSON 参数（与 :func:`gptcourse.generate.generate` 相同，包括押韵
+  ``rhyme`` 与平仄 ``tones`` 两个开关）→ JSON 结果，带格律报告 ``analysis``（见 :func:`result`）；
 - ``POST /api/stream``：同样的参数 → 逐行 JSON（NDJSON）：``{"piece": "春"}`` ……
-  最后一行 ``{"done": true, "text": …}``。
+  最后一行 ``{"done": true, "text": …, "analysis": …}``；中途出错时最后一行是 ``{"error": …}``。
 
-请求一律先校验：正文过大 → 413；不是 JSON、参数未知、类型或范围不对、有词表外的字 → 400；
-未知路径 → 404。每个错误都带一句中文和一句英文。每个请求在自己的线程里用自己的 KV 缓存，
-模型权重只读（加载后处于 eval 模式），所以并发请求互不干扰；同时运行的生成数由信号量限制。
+每个错误都是 JSON，带一句中文和一句英文：路径不对 → 404；``Host``/``Origin`` 不是本机页面 → 403；
+正文不是 ``application/json`` → 415；没有 ``Content-Length``（或分块传输）→ 411；正文过大 → 413；
+正文没按时传完 → 408；不是 JSON、参数未知、类型或范围不对、有词表外的字 → 400；
+生成名额和队列都满了 → 503。客户端断开后，生成在下一个字之前停止，名额立即放回。
+课堂上给全班用：``--host 0.0.0.0``（学生用老师电脑的 IP 访问）；用主机名访问时加
+``--allow-host 名字``；别的网站的页面要调用 API 时加 ``--allow-origin http://那个网站``
+（它会得到 CORS 响应头，``OPTIONS`` 预检也会通过）。
+连接、超时与安全头的规则见 :mod:`gptcourse.serve_http`。
+
+每个请求在自己的线程里用自己的 KV 缓存，模型权重只读（加载后处于 eval 模式），所以并发请求
+互不干扰。
 """
 from __future__ import annotations
 
+import io
 import json
-import math
-import threading
+import re
+import socket
+import sys
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import traceback
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from .constraints import FORMS
-from .generate import generate, stream_tokens
+from .generate import stream_tokens
+from .serve_http import (SECURITY_HEADERS, ApiError, BoundedHTTPServer, ClientGone,
+                         DeadlineReader, HostPolicy, Limits, TimedWriter, client_gone,
+                         lingering_close)
+from .serve_params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT,  # noqa: F401
+                           RANGES, brief, parse_params, result)
+from .verse import FORMS
 
-PAGE = Path(__file__).parent / "serve_static" / "index.html"
+STATIC = Path(__file__).parent / "serve_static"
 FONT = Path(__file__).parent / "fonts" / "GPTCourseCJKSans-Regular.otf"   # 课程自带的中文字体
+FILES = {                        # GET 路径 → (文件, Content-Type, Cache-Control)
+    "/": (STATIC / "index.html", "text/html; charset=utf-8", "no-store"),
+    "/index.html": (STATIC / "index.html", "text/html; charset=utf-8", "no-store"),
+    "/app.js": (STATIC / "app.js", "text/javascript; charset=utf-8", "no-store"),
+    "/style.css": (STATIC / "style.css", "text/css; charset=utf-8", "no-store"),
+    "/font.otf": (FONT, "font/otf", "max-age=86400"),   # 没装中文字体的机器上也能显示汉字
+}
 MAX_BODY = 8192                 # 请求正文上限（字节）
-MAX_PROMPT = 64                 # 提示最多多少个字
-MAX_ACROSTIC = 8
-MAX_NEW_TOKENS = 200
-MAX_CONCURRENT = 4              # 同时在跑的生成数（多出来的请求排队等待）
-DEFAULTS = dict(prompt="", max_new_tokens=None, temperature=0.8, top_k=None, top_p=0.9,
-                repetition_penalty=1.0, seed=None, form=None, acrostic=None)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, zh: str, en: str):
-        super().__init__(f"{zh} / {en}")
-        self.status, self.zh, self.en = status, zh, en
-
-    def payload(self) -> dict:
-        return {"error": f"{self.zh} / {self.en}", "zh": self.zh, "en": self.en}
-
-
-def _number(d: dict, key: str, lo: float, hi: float, integer: bool = False, lo_open=False):
-    v = d[key]
-    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
-    if isinstance(v, bool) or not ok_type or (not integer and not math.isfinite(v)):
-        kind = "整数" if integer else "数"
-        raise ApiError(400, f"{key} 必须是{kind}，收到 {v!r}",
-                       f"{key} must be {'an integer' if integer else 'a number'}")
-    if v < lo or v > hi or (lo_open and v == lo):
-        left = "(" if lo_open else "["
-        raise ApiError(400, f"{key} 必须在 {left}{lo}, {hi}] 之内，收到 {v}",
-                       f"{key} must be in {left}{lo}, {hi}], got {v}")
-    return v
-
-
-def parse_params(body: bytes, tok) -> dict:
-    """请求正文 → generate() 的关键字参数；任何问题都抛出 :class:`ApiError`（400）。"""
-    try:
-        d = json.loads(body.decode("utf-8") or "{}")
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ApiError(400, f"请求正文不是合法的 JSON（{e}）",
-                       "request body is not valid JSON") from None
-    if not isinstance(d, dict):
-        raise ApiError(400, "请求正文必须是一个 JSON 对象", "request body must be a JSON object")
-    unknown = sorted(set(d) - set(DEFAULTS))
-    if unknown:
-        raise ApiError(400, f"未知参数：{', '.join(unknown)}", f"unknown fields: {unknown}")
-    p = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None}}
-    for key, cap in (("prompt", MAX_PROMPT), ("acrostic", MAX_ACROSTIC)):
-        if p[key] is None:
-            continue
-        if not isinstance(p[key], str):
-            raise ApiError(400, f"{key} 必须是字符串", f"{key} must be a string")
-        if len(p[key]) > cap:
-            raise ApiError(400, f"{key} 太长：{len(p[key])} 个字，最多 {cap} 个",
-                           f"{key} too long: {len(p[key])} > {cap} characters")
-        missing = tok.unknown_chars(p[key])
-        if missing:
-            raise ApiError(400, f"{key} 里有词表之外的字：{'、'.join(map(repr, missing[:10]))}",
-                           f"{key} contains characters outside the vocabulary")
-    if p["acrostic"] == "":
-        p["acrostic"] = None
-    if p["form"] in ("", "不限"):
-        p["form"] = None
-    if p["form"] is not None and p["form"] not in FORMS:
-        raise ApiError(400, f"form 只能是 {'、'.join(FORMS)} 之一，收到 {p['form']!r}",
-                       f"form must be one of {list(FORMS)}")
-    _number(p, "temperature", 0, 3)
-    _number(p, "top_p", 0, 1, lo_open=True)
-    _number(p, "repetition_penalty", 0, 3, lo_open=True)
-    if p["top_k"] is not None:
-        _number(p, "top_k", 0, tok.vocab_size, integer=True)
-        p["top_k"] = p["top_k"] or None                     # 0 = 不限
-    if p["max_new_tokens"] is not None:
-        _number(p, "max_new_tokens", 1, MAX_NEW_TOKENS, integer=True)
-    if p["seed"] is not None:
-        _number(p, "seed", 0, 2**31 - 1, integer=True)
-    return p
+HTTP_ERRORS_ZH = {400: "请求格式不对", 408: "请求超时", 414: "请求地址太长",
+                  431: "请求头太长或太多", 501: "不支持这种请求方法（只有 GET、POST 和 OPTIONS）",
+                  505: "不支持这个 HTTP 版本"}
 
 
 class Handler(BaseHTTPRequestHandler):
     server_version = "gptcourse-demo"
+    protocol_version = "HTTP/1.1"          # keep-alive；空闲连接在 header_timeout 之后关闭
 
-    # ---------------------------------------------------------------- 工具
-    def log_message(self, fmt, *args):                   # 测试里保持安静
-        if getattr(self.server, "verbose", False):
+    # ---------------------------------------------------------------- 连接
+    def setup(self):
+        self.connection = self.request
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, True)   # 逐字推送
+        self.deadline = 0.0
+        self.rfile = io.BufferedReader(DeadlineReader(self.connection, self))
+        self.wfile = TimedWriter(self.connection, self.server.limits.write_timeout)
+        self._unread = False
+
+    def handle_one_request(self):
+        now = time.monotonic()
+        self.deadline = now + self.server.limits.header_timeout   # 空闲 + 请求头的总时限
+        self._streaming = self._unread = False
+        self.headers = None                                       # 上一个请求的头不再算数
+        self.server.waiting_for_request(self.connection, now)    # 连接数满时可以被挤掉
+        super().handle_one_request()
+
+    def parse_request(self) -> bool:                             # 读请求行之后的请求头
+        ok = super().parse_request()
+        self.server.waiting_for_request(self.connection, None)   # 请求头收完了
+        return ok
+
+    def finish(self):
+        super().finish()
+        if self._unread:                    # 没读的正文还在路上：读掉它再关，免得发出 RST
+            lingering_close(self.connection)
+
+    def version_string(self) -> str:       # 不透露 Python 版本
+        return self.server_version
+
+    def log_message(self, fmt, *args):
+        if self.server.verbose:
             super().log_message(fmt, *args)
+
+    # ---------------------------------------------------------------- 响应
+    def end_headers(self):
+        cors = {} if self.headers is None else \
+            self.server.policy.cors_headers(self.headers.get("Origin"))
+        for k, v in {**SECURITY_HEADERS, **cors}.items():
+            self.send_header(k, v)
+        super().end_headers()
 
     def _send(self, status: int, body: bytes, ctype: str, cache: str = "no-store") -> None:
         self.send_response(status)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Cache-Control", cache)
+        if status == 503:
+            self.send_header("Retry-After", "1")
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
@@ -122,108 +117,216 @@ class Handler(BaseHTTPRequestHandler):
         self._send(status, json.dumps(obj, ensure_ascii=False).encode("utf-8"),
                    "application/json; charset=utf-8")
 
-    def _body(self) -> bytes:
+    def _line(self, obj: dict) -> None:
+        self.wfile.write((json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
+
+    def send_error(self, code, message=None, explain=None):
+        """http.server 自己发现的错误（请求行不对、头太长、方法不支持……）也回 JSON。"""
+        self.log_error("code %d, message %s", code, message)
+        self.close_connection = self._unread = True
+        en = message or self.responses.get(code, ("error",))[0]
+        self._json(code, ApiError(code, HTTP_ERRORS_ZH.get(code, "请求有误"), en).payload())
+
+    def _fail(self, status: int, payload: dict) -> None:
+        if self._unread:
+            self.close_connection = True
         try:
-            n = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            raise ApiError(400, "Content-Length 不是整数", "invalid Content-Length") from None
-        if n > MAX_BODY or n < 0:
+            if self._streaming:             # 200 和一部分诗已经发出：错误只能是最后一行
+                self._line(payload)
+            else:
+                self._json(status, payload)
+        except OSError:
+            self.close_connection = True
+
+    # ---------------------------------------------------------------- 请求
+    def _guard(self) -> None:
+        if len(self.headers.get_all("Host") or []) > 1:
+            raise ApiError(400, "请求里有多个 Host 头", "duplicate Host header")
+        self.server.policy.check(self.headers.get("Host"), self.headers.get("Origin"))
+
+    def _body(self) -> bytes:
+        ctype = self.headers.get("Content-Type", "")
+        media, _, opts = ctype.partition(";")
+        charset = re.search(r"charset\s*=\s*\"?([^\";]*)", opts, re.I)
+        if media.strip().lower() != "application/json" or \
+                (charset and charset.group(1).strip().lower() not in ("utf-8", "utf8")):
+            raise ApiError(415, f"请求正文必须是 UTF-8 的 JSON（Content-Type: application/json），"
+                                f"收到 {brief(ctype) if ctype else '（没有 Content-Type）'}",
+                           "Content-Type must be application/json")
+        if "Transfer-Encoding" in self.headers:
+            raise ApiError(411, "不支持分块传输（Transfer-Encoding），请带上 Content-Length",
+                           "chunked bodies are not supported; send Content-Length")
+        lengths = self.headers.get_all("Content-Length") or []
+        if not lengths:
+            raise ApiError(411, "POST 请求必须带 Content-Length 头", "Content-Length required")
+        if len(lengths) > 1 or not re.fullmatch(r"[0-9]{1,12}", lengths[0].strip()):
+            raise ApiError(400, f"Content-Length 必须是一个非负整数，收到 {brief(lengths)}",
+                           "invalid Content-Length")
+        n = int(lengths[0])
+        if n > MAX_BODY:
             raise ApiError(413, f"请求正文太大（{n} 字节，上限 {MAX_BODY}）",
                            f"request body too large ({n} > {MAX_BODY} bytes)")
-        return self.rfile.read(n)
+        limit = self.server.limits.body_timeout
+        self.deadline = time.monotonic() + limit
+        try:
+            body = self.rfile.read(n)
+        except TimeoutError:
+            raise ApiError(408, f"请求正文没有在 {limit:g} 秒内传完", "request body timed out") \
+                from None
+        if len(body) < n:
+            raise ApiError(400, f"请求正文不完整：说好 {n} 字节，只收到 {len(body)} 字节",
+                           "incomplete request body")
+        self._unread = False
+        return body
 
-    # ---------------------------------------------------------------- 路由
     def do_GET(self):
-        path = self.path.split("?", 1)[0]
-        if path in ("/", "/index.html"):
-            self._send(200, PAGE.read_bytes(), "text/html; charset=utf-8")
-        elif path == "/font.otf":          # 没装中文字体的机器上，页面也能显示汉字
-            self._send(200, FONT.read_bytes(), "font/otf", cache="max-age=86400")
-        elif path == "/api/info":
-            cfg = self.server.model.config
-            self._json(200, {"vocab_size": self.server.tok.vocab_size, "forms": list(FORMS),
-                             "block_size": cfg.block_size, "defaults": DEFAULTS,
-                             "limits": {"prompt": MAX_PROMPT, "acrostic": MAX_ACROSTIC,
-                                        "max_new_tokens": MAX_NEW_TOKENS}})
-        else:
-            self._json(404, ApiError(404, f"没有这个地址：{path}", "not found").payload())
-
-    def do_POST(self):
+        if self.headers.get("Content-Length", "0").strip() != "0" or \
+                "Transfer-Encoding" in self.headers:
+            self.close_connection = self._unread = True     # GET 不该有正文；不读它，也不复用连接
         path = self.path.split("?", 1)[0]
         try:
-            if path not in ("/api/generate", "/api/stream"):
-                raise ApiError(404, f"没有这个地址：{path}", "not found")
-            params = parse_params(self._body(), self.server.tok)
-            with self.server.slots:
-                if path == "/api/generate":
-                    self._generate(params)
-                else:
-                    self._stream(params)
+            self._guard()
+            if path in FILES:
+                file, ctype, cache = FILES[path]
+                self._send(200, file.read_bytes(), ctype, cache)
+            elif path == "/api/info":
+                self._json(200, self._info())
+            else:
+                raise ApiError(404, f"没有这个地址：{path[:100]}", "not found")
         except ApiError as e:
-            self._json(e.status, e.payload())
+            self._fail(e.status, e.payload())
+        except OSError:
+            self.close_connection = True
+
+    def do_OPTIONS(self):
+        """CORS 预检：只有 ``--allow-origin`` 里的来源会得到允许。"""
+        try:
+            self._guard()
+            self.send_response(204)
+            if self.server.policy.cors_headers(self.headers.get("Origin")):
+                self.send_header("Access-Control-Allow-Methods", "GET, POST")
+                self.send_header("Access-Control-Allow-Headers", "Content-Type")
+                self.send_header("Access-Control-Max-Age", "600")
+            self.send_header("Allow", "GET, POST, OPTIONS")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        except ApiError as e:
+            self._fail(e.status, e.payload())
+        except OSError:
+            self.close_connection = True
+
+    def do_POST(self):
+        self._unread = True
+        path = self.path.split("?", 1)[0]
+        try:
+            self._guard()
+            route = {"/api/generate": self._generate, "/api/stream": self._stream}.get(path)
+            if route is None:
+                raise ApiError(404, f"没有这个地址：{path[:100]}", "not found")
+            params = parse_params(self._body(), self.server.tok)
+            with self.server.gate.slot(self.server.limits.queue_timeout,
+                                       lambda: client_gone(self.connection)):
+                route(params)
+        except ApiError as e:
+            self._fail(e.status, e.payload())
         except ValueError as e:                                   # generate() 的参数/格式检查
-            self._json(400, {"error": f"{e} / invalid request", "zh": str(e),
+            self._fail(400, {"error": f"{e} / invalid request", "zh": str(e),
                              "en": "invalid request"})
-        except (BrokenPipeError, ConnectionResetError):           # 浏览器中途关掉了页面
-            pass
-        except Exception as e:  # noqa: BLE001 - 服务器绝不能因为一个请求而退出
-            self._json(500, {"error": f"服务器内部错误 / internal error: {type(e).__name__}"})
+        except (ClientGone, OSError):                              # 客户端断开、写超时
+            self.close_connection = True
+        except Exception:  # noqa: BLE001 - 服务器绝不能因为一个请求而退出
+            traceback.print_exc(file=sys.stderr)                  # 详情只进日志，不进响应
+            self._fail(500, ApiError(500, "服务器内部错误（详情见服务器日志）",
+                                     "internal error").payload())
+
+    # ---------------------------------------------------------------- 生成
+    def _info(self) -> dict:
+        s = self.server
+        return {"vocab_size": s.tok.vocab_size, "forms": list(FORMS),
+                "block_size": s.model.config.block_size, "defaults": DEFAULTS,
+                "limits": {"prompt": MAX_PROMPT, "acrostic": MAX_ACROSTIC,
+                           "max_new_tokens": MAX_NEW_TOKENS, "body_bytes": MAX_BODY,
+                           "slots": s.limits.slots, "queue": s.limits.queue},
+                "ranges": RANGES}
+
+    def _pieces(self, p: dict):
+        """逐个产出新文字；每个字之后看一眼客户端还在不在，不在就停下（放回名额）。"""
+        gen = stream_tokens(self.server.model, self.server.tok, **p)
+        try:
+            for piece in gen:
+                if client_gone(self.connection):
+                    raise ClientGone
+                yield piece
+        finally:
+            gen.close()
 
     def _generate(self, p: dict) -> None:
         t0 = time.perf_counter()
-        text = generate(self.server.model, self.server.tok, **p)
-        self._json(200, {"text": text, "prompt": p["prompt"],
-                         "new_chars": len(text) - len(p["prompt"]),
-                         "seconds": round(time.perf_counter() - t0, 3)})
+        text = p["prompt"] + "".join(self._pieces(p))
+        self._json(200, result(p, text, time.perf_counter() - t0))
 
     def _stream(self, p: dict) -> None:
-        pieces = stream_tokens(self.server.model, self.server.tok, **p)
-        first = next(pieces, None)             # 参数/格式错误在这里抛出，还来得及回 400
-        self.send_response(200)
-        self.send_header("Content-Type", "application/x-ndjson; charset=utf-8")
-        self.send_header("Cache-Control", "no-store")
-        self.send_header("X-Accel-Buffering", "no")
-        self.end_headers()
-        out = [] if first is None else [first]
-        line = lambda obj: self.wfile.write(                                   # noqa: E731
-            (json.dumps(obj, ensure_ascii=False) + "\n").encode("utf-8"))
+        t0 = time.perf_counter()
+        pieces = self._pieces(p)
         try:
+            first = next(pieces, None)       # 参数/格式错误在这里抛出，还来得及回 400
+            self.close_connection = True     # 响应以关闭连接结束（没有 Content-Length）
+            self.send_response(200)
+            self.send_header("Content-Type", "application/x-ndjson; charset=utf-8")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Accel-Buffering", "no")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            self._streaming = True
+            out = [] if first is None else [first]
             if first is not None:
-                line({"piece": first})
+                self._line({"piece": first})
             for piece in pieces:
                 out.append(piece)
-                line({"piece": piece})
-            line({"done": True, "text": p["prompt"] + "".join(out)})
+                self._line({"piece": piece})
+            text = p["prompt"] + "".join(out)
+            self._line({"done": True, **result(p, text, time.perf_counter() - t0)})
         finally:
             pieces.close()
 
 
-class DemoServer(ThreadingHTTPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+class DemoServer(BoundedHTTPServer):
+    """带模型的服务器：``model``、``tok``、``policy``（Host/Origin）、``limits``、``gate``。"""
 
 
-def make_server(model, tok, host: str = "127.0.0.1", port: int = 8000,
-                verbose: bool = False) -> DemoServer:
+def make_server(model, tok, host: str = "127.0.0.1", port: int = 8000, verbose: bool = False,
+                *, limits: Limits | None = None, allow_hosts=(), allow_origins=()) -> DemoServer:
     """建好（但不启动）服务器；``port=0`` 让系统挑一个空闲端口（见 ``server.server_address``）。"""
     model.eval()
-    server = DemoServer((host, port), Handler)
+    server = DemoServer((host, port), Handler, limits or Limits())
     server.model, server.tok, server.verbose = model, tok, verbose
-    server.slots = threading.BoundedSemaphore(MAX_CONCURRENT)
+    server.policy = HostPolicy(host, allow_hosts, allow_origins)
     return server
 
 
 def cli_arguments(p) -> None:
     p.add_argument("--checkpoint", default=None, help="检查点路径（默认：随课程发布的模型）")
-    p.add_argument("--host", default="127.0.0.1", help="监听地址（默认只允许本机访问）")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="监听地址（默认只允许本机访问；课堂上给全班用：0.0.0.0）")
     p.add_argument("--port", type=int, default=8000, help="端口（默认 8000；0 = 随机空闲端口）")
+    p.add_argument("--allow-host", action="append", default=[], metavar="名字",
+                   help="额外允许的 Host 名（例如 teacher-pc.local；可重复）")
+    p.add_argument("--allow-origin", action="append", default=[], metavar="来源",
+                   help="额外允许的跨站来源（例如 http://course.example；可重复）")
 
 
 def cli_main(args) -> int:
     from . import checkpoint
 
+    if not 0 <= args.port <= 65535:
+        raise ValueError(f"--port 必须在 0–65535 之内，收到 {args.port}")
     model, tok, _ = checkpoint.load(args.checkpoint)
-    server = make_server(model, tok, args.host, args.port, verbose=True)
+    try:
+        server = make_server(model, tok, args.host, args.port, verbose=True,
+                             allow_hosts=args.allow_host, allow_origins=args.allow_origin)
+    except OSError as e:
+        raise ValueError(f"无法在 {args.host}:{args.port} 上启动服务器（{e.strerror or e}）") \
+            from None
     host, port = server.server_address[:2]
     print(f"网页演示已启动：http://{host}:{port}/  （按 Ctrl+C 停止）", flush=True)
     try:

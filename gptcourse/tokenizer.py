@@ -1,14 +1,23 @@
-"""字符级分词器：一个汉字（或标点、换行）就是一个词元。
+"""分词器：一个共同的接口 :class:`Tokenizer`，以及字符级分词器 :class:`CharTokenizer`。
 
+字符级分词器里一个汉字（或标点、换行）就是一个词元。
 换行符 "\\n" 是"一首诗结束"的标记；没见过的字有两种明确的处理方式：
 ``errors="strict"`` 抛出 :class:`UnknownCharacterError` 并列出这些字，
 ``errors="unk"`` 把它们映射到 ``<unk>``（显示为 U+FFFD "�"）。
-字节级 BPE 在 :mod:`gptcourse.bpe` 中，这里一并导出。
+字节级 BPE 在 :mod:`gptcourse.bpe` 中，实现同一个接口，这里一并导出。
+
+两种分词器的错误规则相同（都由本模块的小函数检查）：
+
+- ``encode`` 收到的不是 str → ``TypeError``（说出收到的类型）；
+- ``decode`` 收到不在 [0, vocab_size) 里的 id、或不是整数的 id（含 True/False）→ ``ValueError``；
+- JSON 里的字段类型不对（例如 ``"unk": "false"``）→ ``ValueError``，不会被悄悄当成 True。
 """
 from __future__ import annotations
 
 import json
+import operator
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 EOS = "\n"          # 诗的结束符
 UNK = "\ufffd"      # <unk> 的显示字符：Unicode 的"替换字符"
@@ -24,12 +33,103 @@ class UnknownCharacterError(ValueError):
                          "可以改用 errors='unk' 把它们映射为 <unk>。")
 
 
+@runtime_checkable
+class Tokenizer(Protocol):
+    """生成、评估、格式约束、网页演示与检查点只依赖这个接口。"""
+
+    @property
+    def vocab_size(self) -> int: ...          # 词元个数 V；id 取值 [0, V)
+    @property
+    def eos_id(self) -> int: ...              # 换行（诗的结束）的 id
+    @property
+    def unk_id(self) -> int | None: ...       # <unk> 的 id；没有 <unk> 时为 None
+
+    def encode(self, text: str, errors: str = "strict") -> list[int]: ...
+    def decode(self, ids) -> str: ...          # list / 元组 / 1-D 张量
+    def unknown_chars(self, text: str) -> list[str]: ...   # 编码不了的字（去重，按出现顺序）
+    def piece(self, i: int) -> str: ...        # 一个词元的文字（不完整的 UTF-8 显示为 "�"）
+    def to_dict(self) -> dict: ...
+    @classmethod
+    def from_dict(cls, d: dict) -> "Tokenizer": ...
+    def save(self, path: str | Path) -> None: ...
+    @classmethod
+    def load(cls, path: str | Path) -> "Tokenizer": ...
+
+
+# ---------------------------------------------------------------- 两种分词器共用的检查
+def check_text(text) -> str:
+    """encode / unknown_chars 的输入必须是 str（bytes、None、列表都不行）。"""
+    if not isinstance(text, str):
+        raise TypeError(f"encode 需要字符串，收到 {type(text).__name__}")
+    return text
+
+
+def check_ids(ids, vocab_size: int) -> list[int]:
+    """id 序列（list、元组或 1-D 张量/数组）→ Python 整数列表；越界或不是整数 → ValueError。"""
+    if isinstance(ids, (str, bytes)):
+        raise ValueError(f"decode 需要 id 序列，收到 {type(ids).__name__}")
+    if hasattr(ids, "tolist"):
+        ids = ids.tolist()
+    ids = list(ids)
+    out = [_as_id(i) for i in ids]
+    bad = [i for i, j in zip(ids, out) if j is None or not 0 <= j < vocab_size]
+    if bad:
+        raise ValueError(f"id 超出词表范围 [0, {vocab_size})：{bad[:10]}")
+    return out
+
+
+def _as_id(i) -> int | None:
+    """一个 id → Python 整数：int、NumPy 整数、0 维整数张量都可以；bool、浮点数不行（None）。"""
+    if isinstance(i, bool) or "bool" in str(getattr(i, "dtype", "")):
+        return None
+    try:
+        return operator.index(i)
+    except TypeError:
+        return None
+
+
+def read_json(path: str | Path) -> dict:
+    """读一个分词器 JSON 文件；读不了或不是 JSON 对象 → ValueError（说明是哪个文件）。"""
+    path = Path(path)
+    try:
+        d = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise ValueError(f"{path.name} 不是可读取的分词器 JSON 文件（{type(e).__name__}）"
+                         ) from None
+    return check_dict(d)
+
+
+def check_dict(d, kind: str | None = None) -> dict:
+    """分词器数据必须是 dict；给了 kind 时 ``type`` 字段必须等于它。"""
+    if not isinstance(d, dict):
+        raise ValueError(f"分词器数据应是 JSON 对象（dict），收到 {type(d).__name__}")
+    if kind is not None and d.get("type") != kind:
+        name = {"char": "字符", "bpe": " BPE "}.get(kind, kind)
+        raise ValueError(f"不是{name}分词器的数据（type={d.get('type')!r}）")
+    return d
+
+
+def field(d: dict, key: str, typ: type | tuple[type, ...]):
+    """取出 d[key] 并检查类型（bool 不冒充 int）；缺少或类型不对 → ValueError。"""
+    if key not in d:
+        raise ValueError(f"分词器数据缺少字段 {key!r}")
+    v = d[key]
+    types = typ if isinstance(typ, tuple) else (typ,)
+    if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
+        names = "/".join(t.__name__ for t in types)
+        raise ValueError(f"分词器字段 {key!r} 应是 {names}，收到 {v!r}")
+    return v
+
+
+# ---------------------------------------------------------------- 字符级分词器
 class CharTokenizer:
     """字符 ↔ id 的双向查表。id 按字符排序分配，同一语料永远得到同一词表。"""
 
     def __init__(self, chars: list[str], unk: bool = True):
         chars = sorted(set(chars) - {UNK})
-        if any(len(c) != 1 for c in chars):
+        if any(not isinstance(c, str) or len(c) != 1 for c in chars):
             raise ValueError("CharTokenizer 的词表只能由单个字符组成")
         self.has_unk = unk
         self.itos: list[str] = ([UNK] if unk else []) + chars     # id → 字符
@@ -38,7 +138,7 @@ class CharTokenizer:
     @classmethod
     def from_text(cls, text: str, unk: bool = True) -> "CharTokenizer":
         """用训练文本中出现过的全部字符建词表（``unk=True`` 时 id 0 留给 <unk>）。"""
-        if not text:
+        if not check_text(text):
             raise ValueError("不能用空文本建词表")
         return cls(list(set(text)), unk=unk)
 
@@ -59,7 +159,7 @@ class CharTokenizer:
 
     def unknown_chars(self, text: str) -> list[str]:
         """text 中不在词表里的字（去重，按首次出现顺序）。"""
-        return list(dict.fromkeys(c for c in text if c not in self.stoi))
+        return list(dict.fromkeys(c for c in check_text(text) if c not in self.stoi))
 
     def encode(self, text: str, errors: str = "strict") -> list[int]:
         """字符串 → id 列表。"""
@@ -75,13 +175,11 @@ class CharTokenizer:
 
     def decode(self, ids) -> str:
         """id 序列（list 或 1-D 张量）→ 字符串。"""
-        if hasattr(ids, "tolist"):
-            ids = ids.tolist()
-        try:
-            return "".join(self.itos[i] for i in ids)
-        except (IndexError, TypeError):
-            bad = [i for i in ids if not (isinstance(i, int) and 0 <= i < self.vocab_size)]
-            raise ValueError(f"id 超出词表范围 [0, {self.vocab_size})：{bad[:10]}") from None
+        return "".join(self.itos[i] for i in check_ids(ids, self.vocab_size))
+
+    def piece(self, i: int) -> str:
+        """一个词元的文字：这里就是一个字。"""
+        return self.itos[check_ids([i], self.vocab_size)[0]]
 
     # ---- 保存 / 加载（小 JSON 文件；检查点里也嵌一份） ----
     def to_dict(self) -> dict:
@@ -90,16 +188,15 @@ class CharTokenizer:
 
     @classmethod
     def from_dict(cls, d: dict) -> "CharTokenizer":
-        if d.get("type") != "char":
-            raise ValueError(f"不是字符分词器的数据（type={d.get('type')!r}）")
-        return cls(list(d["chars"]), unk=bool(d["unk"]))
+        d = check_dict(d, "char")
+        return cls(list(field(d, "chars", str)), unk=field(d, "unk", bool))
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":
-        return cls.from_dict(json.loads(Path(path).read_text(encoding="utf-8")))
+        return cls.from_dict(read_json(path))
 
     def __eq__(self, other) -> bool:
         return isinstance(other, CharTokenizer) and self.itos == other.itos
@@ -108,18 +205,19 @@ class CharTokenizer:
         return f"CharTokenizer(vocab_size={self.vocab_size}, unk={self.has_unk})"
 
 
-def tokenizer_from_dict(d: dict):
-    """按 ``type`` 字段还原任意一种分词器（检查点用）。"""
-    if d.get("type") == "char":
+def tokenizer_from_dict(d: dict) -> Tokenizer:
+    """按 ``type`` 字段还原任意一种分词器（检查点用）；不认识的数据 → ValueError。"""
+    kind = check_dict(d).get("type")
+    if kind == "char":
         return CharTokenizer.from_dict(d)
-    if d.get("type") == "bpe":
+    if kind == "bpe":
         from .bpe import BPETokenizer
         return BPETokenizer.from_dict(d)
-    raise ValueError(f"未知的分词器类型 {d.get('type')!r}")
+    raise ValueError(f"未知的分词器类型 {kind!r}")
 
 
 def __getattr__(name: str):
-    # BPETokenizer 住在 bpe.py（一个模块一个概念），这里按需转出，避免循环导入
+    # BPETokenizer 住在 bpe.py（一个模块一个概念），它要用这里的检查函数，所以按需转出
     if name == "BPETokenizer":
         from .bpe import BPETokenizer
         return BPETokenizer

@@ -1,13 +1,19 @@
 """训练循环：AdamW 参数分组、预热 + 余弦衰减、梯度裁剪、梯度累积、估计损失、进度条。
 
 一步训练的顺序：前向 → 损失 → zero_grad(set_to_none) → 反向 → 裁剪 → step。
-同一台机器、同一个种子 → 同一条损失曲线（按步数计预算时）。第 s 步的批次只由
-(seed, s, rank) 决定，所以"训练一半、存盘、读回、再训练一半"与一口气训完取到完全相同的批次。
+同一台机器、同一个种子 → 同一条损失曲线（按步数计预算时；bf16="auto" 只看硬件能力，
+见 :mod:`gptcourse.precision`）。第 s 步的批次只由 (seed, s, rank) 决定，所以"训练一半、
+存盘、读回、再训练一半"与一口气训完取到完全相同的批次。
+
+速度：损失与梯度范数先留在设备上，每 ``log_interval`` 步（以及评估前、结束时）才取回一次，
+同时检查有没有 NaN/inf（发散时抛出 :class:`TrainingDiverged`）；``compile=True`` 用
+``torch.compile``，第一步编译失败就退回普通模式并说明原因。实测见 docs/benchmarks.md。
 """
 from __future__ import annotations
 
 import contextlib
 import math
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -17,6 +23,7 @@ from tqdm.auto import tqdm
 from . import distributed as dist_utils
 from .data import get_batch
 from .model import GPT
+from .precision import BF16_MODES, Bf16Weights, resolve_bf16
 
 
 @dataclass
@@ -34,26 +41,45 @@ class TrainConfig:
     eval_interval: int = 100
     eval_batches: int = 20
     seed: int = 0
-    bf16: bool | str = "auto"         # "auto"：CPU 上实测 bf16 更快才用
+    bf16: bool | str = "auto"         # "auto"：硬件支持 bf16（AVX512-BF16/AMX、CUDA）才用
     progress: bool = True
+    bf16_mode: str = "autocast"       # "autocast" 或 "weights"（bf16 权重 + fp32 主权重）
+    compile: bool = False             # torch.compile 前向与反向；失败时退回普通模式
+    log_interval: int = 10            # 每多少步把损失取回一次（进度条、发散检查）
 
     def __post_init__(self):
         if self.max_steps is None and self.max_minutes is None:
             raise ValueError("需要训练预算：max_steps 或 max_minutes 至少给一个")
         if self.max_steps is not None and self.max_steps < 1:
             raise ValueError(f"max_steps 必须 ≥ 1，收到 {self.max_steps}")
-        if self.max_minutes is not None and not self.max_minutes > 0:
+        if self.max_minutes is not None and not 0 < self.max_minutes < math.inf:
             raise ValueError(f"max_minutes 必须 > 0，收到 {self.max_minutes}")
-        for name in ("batch_size", "grad_accum", "eval_interval", "eval_batches"):
+        for name in ("batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} 必须 ≥ 1，收到 {getattr(self, name)}")
-        if not self.lr > 0 or self.warmup_steps < 0 or self.grad_clip < 0:
-            raise ValueError(f"需要 lr > 0、warmup_steps ≥ 0、grad_clip ≥ 0，收到 lr={self.lr}、"
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise ValueError(f"需要 lr > 0 的有限数，收到 lr={self.lr}")
+        if self.warmup_steps < 0 or not 0 <= self.grad_clip < math.inf:
+            raise ValueError(f"需要 warmup_steps ≥ 0、0 ≤ grad_clip < ∞，收到 "
                              f"warmup_steps={self.warmup_steps}、grad_clip={self.grad_clip}")
+        if not 0 <= self.weight_decay < math.inf or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"需要 weight_decay ≥ 0（有限）、betas 在 [0, 1) 内，收到 "
+                             f"weight_decay={self.weight_decay}、betas={self.betas}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"min_lr_ratio 必须在 [0, 1] 内，收到 {self.min_lr_ratio}")
         if self.bf16 not in (True, False, "auto"):
             raise ValueError(f"bf16 只能是 True、False 或 'auto'，收到 {self.bf16!r}")
+        if self.bf16_mode not in BF16_MODES:
+            raise ValueError(f"bf16_mode 只能是 {' 或 '.join(BF16_MODES)}，收到 {self.bf16_mode!r}")
+
+
+class TrainingDiverged(RuntimeError):
+    """损失或梯度范数变成了 NaN/inf：再训练下去没有意义。``history`` 里有发散之前的记录。"""
+
+    def __init__(self, step: int, loss: float, lr: float, history: "History"):
+        self.step, self.loss, self.history = step, loss, history
+        super().__init__(f"训练在第 {step} 步发散：损失 = {loss}（学习率 {lr:.3g}）。通常是学习率"
+                         f"太大或预热太短，请调低 lr 或加长 warmup_steps")
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -97,21 +123,37 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
     ``batches`` 里有 n 个微批次 (x [B, T], y [B, T])：每个的损失先除以 n 再反向，
     梯度累加之后才等于一个 n·B 的大批次的梯度。返回 (平均损失, 裁剪前的全局梯度范数)。
+    ``ddp``：做前向的模块（DDP 包装、torch.compile 的结果），参数就是 model 的参数。
     """
-    ddp = ddp if ddp is not None else model
+    loss, norm = _step(model, optimizer, batches, grad_clip, amp, ddp)
+    return loss.item(), norm.item()
+
+
+def _step(model, optimizer, batches, grad_clip=1.0, amp=None, forward=None,
+          shadow: Bf16Weights | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """train_step 的实现，但损失与范数留在设备上（不做主机同步）。
+
+    ``shadow``：bf16 权重副本（见 :class:`gptcourse.precision.Bf16Weights`），前向与反向在副本上，
+    裁剪与 step 在 model 的 fp32 主权重上。
+    """
+    forward = forward if forward is not None else (shadow.low if shadow else model)
     n, mean_loss = len(batches), 0.0
     for i, (x, y) in enumerate(batches):
-        with dist_utils.no_sync(ddp, last=i == n - 1):               # 多进程时只在最后一次同步
+        with dist_utils.no_sync(forward, last=i == n - 1):           # 多进程时只在最后一次同步
             with amp if amp is not None else contextlib.nullcontext():
-                _, loss = ddp(x, y)                                  # 前向 + 损失
+                _, loss = forward(x, y)                              # 前向 + 损失
             if i == 0:
                 optimizer.zero_grad(set_to_none=True)                # 清掉上一步的梯度
             (loss / n).backward()                                    # 除以 n 才等于大批次
-        mean_loss += loss.item() / n
+        mean_loss = mean_loss + loss.detach().double() / n          # 与 loss.item() / n 相同
+    if shadow is not None:
+        shadow.grads_to_master()                                     # bf16 梯度 → fp32 主权重
     max_norm = grad_clip if grad_clip > 0 else float("inf")
     norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)   # 按全局范数裁剪
     optimizer.step()
-    return mean_loss, float(norm)
+    if shadow is not None:
+        shadow.master_to_low()
+    return mean_loss, norm
 
 
 @torch.no_grad()
@@ -136,45 +178,23 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, torch.Tensor], batch
     return out
 
 
-_BF16_CACHE: dict[str, bool] = {}
-
-
 def bf16_is_faster(device: torch.device | str = "cpu") -> bool:
-    """在本机实测：一个小模型的前向+反向，bf16 autocast 是否比 fp32 快 10% 以上。"""
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type != "cpu":
-        return False
-    if "cpu" not in _BF16_CACHE:
-        from .config import preset
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            model = GPT(preset("teacher", vocab_size=512, block_size=64, n_layer=2))
-            x = torch.randint(512, (8, 64))
-
-            def timed(enabled: bool) -> float:
-                best = float("inf")
-                for _ in range(3):
-                    t0 = time.perf_counter()
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
-                        _, loss = model(x, x)
-                    loss.backward()
-                    best = min(best, time.perf_counter() - t0)
-                return best
-            try:
-                timed(True)                                        # 预热；不支持时会在这里报错
-                _BF16_CACHE["cpu"] = timed(True) < 0.9 * timed(False)
-            except RuntimeError:
-                _BF16_CACHE["cpu"] = False
-    return _BF16_CACHE["cpu"]
+    """旧名字，只为笔记本兼容：实测计时的版本已移到 ``gc.bench.training.bf16_is_faster``。
+    训练本身按硬件能力决定 bf16（:func:`gptcourse.precision.bf16_decision`）。"""
+    from .bench.training import bf16_is_faster as measured
+    return measured(device)
 
 
 @dataclass
 class History:
-    """训练记录：每步一行（step, loss, lr, grad_norm, tokens_per_s），每次评估一行。"""
+    """训练记录：每步一行（step, loss, lr, grad_norm, tokens_per_s），每次评估一行。
+
+    ``info``：这次训练的设置，例如 {"bf16": False, "bf16_reason": "…", "compiled": False}。
+    ``tokens_per_s`` 是每 log_interval 步一段的平均（不含评估）。
+    """
     steps: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -183,12 +203,26 @@ class History:
     def from_dict(cls, d: dict) -> "History":
         """从 to_dict() 的结果（例如检查点 meta["history"]）还原，用于接着训练。"""
         return cls(steps=[dict(r) for r in d.get("steps", [])],
-                   evals=[dict(r) for r in d.get("evals", [])])
+                   evals=[dict(r) for r in d.get("evals", [])], info=dict(d.get("info", {})))
 
     @property
     def best_val(self) -> float:
         vals = [e["val"] for e in self.evals if "val" in e]
         return min(vals) if vals else float("nan")
+
+
+def maybe_compile(module: torch.nn.Module, enabled: bool) -> tuple[torch.nn.Module, str]:
+    """(做前向的模块, 说明)。torch.compile 是惰性的：真正的编译错误在第一步才出现，见 train。"""
+    if not enabled:
+        return module, "未编译"
+    try:
+        return torch.compile(module), "torch.compile"
+    except Exception as e:                                           # 例如 dynamo 不支持这个 Python
+        return module, f"torch.compile 不可用（{type(e).__name__}: {e}），改用普通模式"
+
+
+def _say(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
 
 
 def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, cfg: TrainConfig,
@@ -203,14 +237,24 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     按分钟计预算时：预热仍按步数，之后余弦按"预热结束后已用时间 / 剩余预算"走。
     ``starts``：{划分名: 窗口起点}，给出时训练批次与评估都只从这些起点取窗口（按诗对齐）。
     在 torchrun 下自动用 DistributedDataParallel：每个进程取不同的批次，只有 0 号进程评估与记录。
+    损失或梯度范数出现 NaN/inf 时抛出 :class:`TrainingDiverged`（最多晚 log_interval 步发现）。
     """
     device = next(model.parameters()).device
-    ddp = dist_utils.wrap(model)                                     # 单进程时就是 model 本身
     rank, world = dist_utils.rank(), dist_utils.world_size()
     optimizer = optimizer or make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)
     history = history if history is not None else History()
-    use_bf16 = bf16_is_faster(device) if cfg.bf16 == "auto" else bool(cfg.bf16)
-    amp = torch.autocast(device.type, dtype=torch.bfloat16, enabled=use_bf16)
+    use_bf16, reason = resolve_bf16(cfg.bf16, device)
+    shadow = Bf16Weights(model) if use_bf16 and cfg.bf16_mode == "weights" else None
+    if shadow is not None and world > 1:
+        raise ValueError("bf16_mode='weights' 还不支持多进程（DDP），请用 'autocast'")
+    amp = torch.autocast(device.type, dtype=torch.bfloat16,
+                         enabled=use_bf16 and shadow is None)
+    base = dist_utils.wrap(shadow.low if shadow else model)          # 单进程时就是模块本身
+    forward, compiled = maybe_compile(base, cfg.compile)
+    history.info = {"bf16": use_bf16, "bf16_reason": reason,
+                    "bf16_mode": cfg.bf16_mode if use_bf16 else None, "compiled": compiled}
+    if rank == 0 and cfg.compile:               # bf16 的决定与理由在 history.info（命令行会打印）
+        _say(f"编译：{compiled}")
     T = model.config.block_size
     splits = {"train": train_data} | ({"val": val_data} if val_data is not None else {})
     total = cfg.max_steps if cfg.max_steps is not None else 10**9
@@ -221,6 +265,27 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
                desc="训练", unit="步", dynamic_ncols=True)
     best = min((e["val"] for e in history.evals if "val" in e), default=float("inf"))
     t_start, t_warm, elapsed = time.perf_counter(), None, 0.0     # t_warm：预热结束的时刻
+    pending: list[tuple] = []                   # 还没取回的 (step, 损失, lr, 范数)，都在设备上
+    t_mark = time.perf_counter()                # 这一段（上次取回之后）开始的时刻
+
+    def flush():                                # 一次主机同步：把 pending 写进 history
+        nonlocal t_mark
+        if not pending:
+            return
+        values = torch.stack([torch.stack([lo, no.double()]) for _, lo, _, no in pending]).tolist()
+        tps = tokens_per_step * len(pending) / max(1e-9, time.perf_counter() - t_mark)
+        for (s, _, lr_, _), (lo, no) in zip(pending, values):
+            history.steps.append({"step": s, "loss": lo, "lr": lr_, "grad_norm": no,
+                                  "tokens_per_s": tps})
+            if not (math.isfinite(lo) and math.isfinite(no)):
+                pending.clear()
+                bar.close()
+                raise TrainingDiverged(s, lo if not math.isfinite(lo) else no, lr_, history)
+        pending.clear()
+        row = history.steps[-1]
+        bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{tps:,.0f}")
+        t_mark = time.perf_counter()
+
     step, stop = start_step, start_step >= end
     model.train()
     while not stop:
@@ -232,27 +297,39 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
                            cfg.lr, cfg.min_lr_ratio)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        t0 = time.perf_counter()
         gen = batch_generator(cfg.seed, step, rank)                  # 每个进程、每一步各不相同
         batches = [get_batch(train_data, cfg.batch_size, T, device, gen,
                              (starts or {}).get("train"))
                    for _ in range(cfg.grad_accum)]
-        loss, norm = train_step(model, optimizer, batches, cfg.grad_clip, amp, ddp)
+        try:
+            loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow)
+        except Exception as e:                  # 只有编译出的模块第一次运行时才退回普通模式
+            if forward is base or step != start_step:
+                raise
+            forward, history.info["compiled"] = base, (
+                f"torch.compile 第一步失败（{type(e).__name__}: {str(e)[:200]}），改用普通模式")
+            _say(history.info["compiled"])
+            loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow)
         step += 1
-        row = {"step": step, "loss": loss, "lr": lr, "grad_norm": norm,
-               "tokens_per_s": tokens_per_step / (time.perf_counter() - t0)}
-        history.steps.append(row)
+        pending.append((step, loss, lr, norm))
         bar.update(1)
-        bar.set_postfix(loss=f"{loss:.3f}", lr=f"{lr:.2e}", tok_s=f"{row['tokens_per_s']:,.0f}")
         stop = step >= end
         if budget_s is not None:               # 所有进程用 0 号进程的时钟：学习率与停止一致
             elapsed = dist_utils.from_rank0(time.perf_counter() - t_start)
             stop = stop or elapsed >= budget_s
-        if rank == 0 and (step % cfg.eval_interval == 0 or stop):
+        at_eval = step % cfg.eval_interval == 0 or stop
+        if at_eval or step % cfg.log_interval == 0:                   # 各进程在同样的步取回
+            flush()
+        evaluate = rank == 0 and at_eval
+        if evaluate:
             losses = estimate_loss(model, splits, cfg.batch_size, T, cfg.eval_batches,
                                    starts=starts)
             history.evals.append({"step": step, **losses,
                                   "elapsed_s": time.perf_counter() - t_start})
+            if not all(math.isfinite(v) for v in losses.values()):
+                bar.close()
+                raise TrainingDiverged(step, next(v for v in losses.values()
+                                                  if not math.isfinite(v)), lr, history)
             is_best = "val" in losses and losses["val"] < best
             best = min(best, losses.get("val", best))
             if cfg.progress:
@@ -262,6 +339,7 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
                 on_eval(step, losses.get("val"), is_best)
             for fn in callbacks:
                 fn(step, model, history)
+            t_mark = time.perf_counter()        # 评估的时间不算进训练吞吐
     bar.close()
     return history
 

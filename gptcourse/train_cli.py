@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import math
 import shlex
 import sys
 import time
@@ -20,12 +21,15 @@ import torch
 
 from . import checkpoint
 from . import distributed as dist_utils
-from .config import preset, preset_names
-from .data import available_corpora, load_corpus, poem_starts
+from .config import MAX_BLOCK_SIZE, preset, preset_names
+from . import verse
+from .acceptance import sample_poems
+from .data import available_corpora, load_corpus, poem_starts, vocabulary_text
 from .model import GPT
 from .runtime import get_device, set_seed
 from .tokenizer import CharTokenizer
-from .train import History, TrainConfig, bf16_is_faster, make_optimizer, train
+from .precision import resolve_bf16
+from .train import History, TrainConfig, TrainingDiverged, make_optimizer, train
 
 
 def cli_arguments(p) -> None:
@@ -43,11 +47,19 @@ def cli_arguments(p) -> None:
     p.add_argument("--eval-interval", type=int, default=100)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-bf16", action="store_true", help="关闭 bf16 自动混合精度")
-    p.add_argument("--bf16", action="store_true", help="强制使用 bf16（不做测速判断）")
+    p.add_argument("--bf16", action="store_true", help="强制用 bf16（默认看硬件是否支持）")
+    p.add_argument("--bf16-mode", choices=("autocast", "weights"), default="autocast",
+                   help="bf16 的做法：autocast，或 weights = bf16 权重 + fp32 主权重")
+    p.add_argument("--compile", action="store_true",
+                   help="用 torch.compile 加速训练（先编译约一分钟；失败时自动退回普通模式）")
+    p.add_argument("--eval-batches", type=int, default=20, help="每次评估每个划分取多少个批次")
     p.add_argument("--half", action="store_true", help="以 bf16 存储权重（文件减半）")
     p.add_argument("--windows", choices=("poem", "random"), default="poem",
                    help="训练窗口的起点：poem = 每首诗前的换行符（默认，与生成时一致）；"
                         "random = 任意位置")
+    p.add_argument("--probe-poems", type=int, default=0,
+                   help="每次评估时采样这么多首诗，记下诗体合格率、押韵率与平仄"
+                        "（训练曲线，存进 meta）")
     p.add_argument("--no-progress", action="store_true")
     # 测试用：每个进程把最终权重的哈希和本进程的损失写进这个目录（检查 DDP 各进程是否一致）
     p.add_argument("--dump-rank-state", default=None, help=argparse.SUPPRESS)
@@ -58,18 +70,25 @@ def cli_main(args) -> int:
         raise ValueError("请用 --minutes 或 --steps 给出训练预算")
     if args.no_bf16 and args.bf16:
         raise ValueError("--bf16 与 --no-bf16 不能同时给出")
+    if not math.isfinite(args.lr) or args.lr <= 0:
+        raise ValueError(f"需要 lr > 0 的有限数，收到 lr={args.lr}")
+    if args.block_size is not None and not 1 <= args.block_size <= MAX_BLOCK_SIZE:
+        raise ValueError(f"block_size 必须在 [1, {MAX_BLOCK_SIZE}] 之内，收到 {args.block_size}")
+    out = checkpoint.check_writable(args.out)              # 训练之前就确认能写，而不是训练之后
     bf16 = False if args.no_bf16 else (True if args.bf16 else "auto")
     tcfg = TrainConfig(batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup,
                        max_steps=args.steps, max_minutes=args.minutes, grad_accum=args.grad_accum,
                        eval_interval=args.eval_interval, seed=args.seed, bf16=bf16,
-                       progress=not args.no_progress)            # 先检查参数，再做耗时的事
+                       progress=not args.no_progress, bf16_mode=args.bf16_mode,
+                       compile=args.compile,
+                       eval_batches=args.eval_batches)            # 先检查参数，再做耗时的事
     dist_utils.init()
     rank = dist_utils.rank()
     set_seed(args.seed)
     corpus = load_corpus(args.corpus)
-    tok = CharTokenizer.from_text(corpus.train)
+    tok = CharTokenizer.from_text(vocabulary_text(corpus))      # 训练集正文 + 标题 + 《》
     overrides = {"vocab_size": tok.vocab_size}
-    if args.block_size:
+    if args.block_size is not None:
         overrides["block_size"] = args.block_size
     if args.dropout is not None:
         overrides.update(dropout=args.dropout, attn_dropout=args.dropout,
@@ -83,18 +102,18 @@ def cli_main(args) -> int:
     if args.windows == "poem":              # 窗口从换行符开始：模型总能看到整首诗的上文
         starts = {name: poem_starts(ids, tok.eos_id, cfg.block_size)
                   for name, ids in (("train", train_ids), ("val", val_ids))}
-    out = Path(args.out)
     best_path, last_path = out.with_suffix(".best.pt"), out.with_suffix(".last.pt")
     optimizer = make_optimizer(model, tcfg.lr, tcfg.weight_decay, tcfg.betas)
     history = History()
-    used_bf16 = bf16_is_faster(device) if bf16 == "auto" else bf16
+    used_bf16, bf16_reason = resolve_bf16(bf16, device)          # 只看硬件能力，每次都一样
     meta = {"corpus": args.corpus, "preset": args.preset, "train_config": asdict(tcfg),
             "bf16": used_bf16, "windows": args.windows, "world_size": dist_utils.world_size(),
             "command": _command(args)}
     if rank == 0:
         n = sum(p.numel() for p in model.parameters())
         print(f"模型 {args.preset}：{n:,} 个参数；词表 {tok.vocab_size}；设备 {device.type}；"
-              f"bf16={'开' if used_bf16 else '关'}；进程数 {dist_utils.world_size()}")
+              f"bf16={'开' if used_bf16 else '关'}（{bf16_reason}）；"
+              f"进程数 {dist_utils.world_size()}")
 
     def on_eval(step, val, is_best):                  # 只在 0 号进程上被调用
         m = {**meta, "val_loss": val, "history": history.to_dict()}
@@ -103,24 +122,54 @@ def cli_main(args) -> int:
             checkpoint.save(best_path, model, tok, step=step, meta=m, half=args.half)
 
     t0 = time.perf_counter()
-    history = train(model, train_ids, val_ids, tcfg, optimizer=optimizer, history=history,
-                    on_eval=on_eval, starts=starts)
+    probes: list[dict] = []
+    meta["probe"] = probes
+
+    def probe(step, model_, history_):               # 训练曲线：自由采样的诗写得像不像、押不押韵
+        if args.probe_poems < 1 or rank != 0:
+            return
+        poems = sample_poems(model_, tok, args.probe_poems, seed=10_000, temperature=0.8)
+        rhyme, tonal = verse.rates(poems)
+        probes.append({"step": step, "tokens": step * tcfg.batch_size * cfg.block_size
+                       * tcfg.grad_accum * dist_utils.world_size(),
+                       "wall_s": round(time.perf_counter() - t0, 1),
+                       "val_loss": history_.evals[-1].get("val") if history_.evals else None,
+                       "form_rate": sum(map(verse.is_valid_form, poems)) / len(poems),
+                       "rhyme_rate": rhyme, "tonal_share": tonal})
+
+    diverged = None
+    try:
+        history = train(model, train_ids, val_ids, tcfg, optimizer=optimizer, history=history,
+                        on_eval=on_eval, starts=starts, callbacks=[probe])
+    except TrainingDiverged as e:               # 发散：留下发散之前最好的那一版（若有）
+        diverged, history = e, e.history
     wall = time.perf_counter() - t0
     steps = history.steps[-1]["step"] if history.steps else 0
     if args.dump_rank_state:
         _dump_rank_state(Path(args.dump_rank_state), rank, model, history)
+    if rank == 0 and diverged is not None and not best_path.exists():
+        print(f"错误：{diverged}。在那之前没有一次有限的验证损失，所以没有写出检查点 {out}",
+              file=sys.stderr)
+        dist_utils.cleanup()
+        return 1
     if rank == 0:
         tokens = steps * tcfg.batch_size * cfg.block_size * tcfg.grad_accum * \
             dist_utils.world_size()
         summary = {"steps": steps, "tokens": tokens, "wall_s": round(wall, 1),
                    "tokens_per_s": round(tokens / wall), "best_val_loss": history.best_val}
+        if diverged is not None:
+            summary["diverged_at_step"] = diverged.step
         # 发布用的文件 = 验证损失最好的那一版（只含权重，不含优化器状态）
         model_best, _, _ = checkpoint.load(best_path)
         checkpoint.save(out, model_best, tok, step=steps,
                         meta={**meta, **summary, "history": history.to_dict()}, half=args.half)
-        print("训练完成：" + json.dumps(summary, ensure_ascii=False))
+        if diverged is not None:
+            print(f"错误：{diverged}。已把发散之前验证损失最好的检查点写到 {out}："
+                  + json.dumps(summary, ensure_ascii=False), file=sys.stderr)
+        else:
+            print("训练完成：" + json.dumps(summary, ensure_ascii=False))
     dist_utils.cleanup()
-    return 0
+    return 1 if diverged is not None else 0
 
 
 def _command(args) -> str:

@@ -1,21 +1,7 @@
-"""测试公共设置。
-
-- 在导入时设置 GPTCOURSE_QUICK=1：之后由 nbval 启动的笔记本内核会继承这个环境变量，
-  所以 ``pytest`` 以快速模式执行 notebooks/ 下的笔记本。
-- 单元测试使用无界面的 Agg 后端画图。
-"""
+"""单元测试的公共夹具（环境变量与绘图后端在仓库根目录的 conftest.py 里设置）。"""
 from __future__ import annotations
 
-import os
-
-os.environ["GPTCOURSE_QUICK"] = "1"
-os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")  # 避免调试器在内核启动时的警告
-
-import matplotlib  # noqa: E402
-
-matplotlib.use("Agg")
-
-import pytest  # noqa: E402
+import pytest
 
 TINY_POEMS = [
     "床前明月光，疑是地上霜。举头望明月，低头思故乡。",
@@ -39,10 +25,15 @@ def _close_figures():
     plt.close("all")
 
 
-def passes(capsys, checker, *args) -> tuple[bool, str]:
-    """调用一个练习检查器：返回 (是否通过, 打印的内容)，并断言返回值与"正确 ✓"一致。"""
-    ok = checker(*args)
-    out = capsys.readouterr().out
-    assert isinstance(ok, bool)
-    assert ("正确 ✓" in out) == ok
-    return ok, out
+@pytest.fixture
+def passes(capsys):
+    """``passes(checker, *args)``：调用一个练习检查器，返回 (是否通过, 打印的内容)，
+    并断言返回值是 bool 且与是否打印"正确 ✓"一致。"""
+    def run(checker, *args) -> tuple[bool, str]:
+        ok = checker(*args)
+        out = capsys.readouterr().out
+        assert isinstance(ok, bool)
+        assert ("正确 ✓" in out) == ok
+        return ok, out
+
+    return run

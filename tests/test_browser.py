@@ -7,15 +7,9 @@
 from __future__ import annotations
 
 import base64
-import json
 import os
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 import time
-import urllib.request
 
 import pytest
 import torch
@@ -27,58 +21,11 @@ from gptcourse.data import load_corpus
 from gptcourse.model import GPT
 from gptcourse.serve import make_server
 from gptcourse.tokenizer import CharTokenizer
+from gptcourse.verse import analyze
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-DRIVER = shutil.which("chromedriver")
-ELEMENT = "element-6066-11e4-a52e-4f735466cecf"          # W3C WebDriver 规定的元素键名
+from browser import chromium_session, needs_chromium  # tests/browser.py
 
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM and DRIVER),
-    reason="没有找到 chromium / chromedriver（Debian：apt-get install chromium chromium-driver）")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class WebDriver:
-    """最小的 W3C WebDriver 客户端：每个方法就是一次 HTTP 请求。"""
-
-    def __init__(self, port: int):
-        self.base = f"http://127.0.0.1:{port}"
-        self.sid = None
-
-    def call(self, method: str, path: str, body: dict | None = None):
-        url = self.base + (f"/session/{self.sid}" if self.sid else "") + path
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as r:
-            return json.loads(r.read())["value"]
-
-    def start(self, profile: str) -> None:
-        args = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--disable-background-networking", "--disable-component-update",
-                "--disable-sync", "--no-first-run", f"--user-data-dir={profile}",
-                "--window-size=900,900"]
-        caps = {"capabilities": {"alwaysMatch": {
-            "browserName": "chrome", "goog:chromeOptions": {"binary": CHROMIUM, "args": args}}}}
-        self.sid = self.call("POST", "/session", caps)["sessionId"]
-
-    def js(self, script: str, *args):
-        return self.call("POST", "/execute/sync", {"script": script, "args": list(args)})
-
-    def element(self, css: str) -> str:
-        return self.call("POST", "/element", {"using": "css selector", "value": css})[ELEMENT]
-
-    def quit(self) -> None:
-        if self.sid:
-            try:
-                self.call("DELETE", "")
-            finally:
-                self.sid = None
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -98,25 +45,8 @@ def demo():
 
 @pytest.fixture(scope="module")
 def browser():
-    port = _free_port()
-    proc = subprocess.Popen([DRIVER, f"--port={port}"], stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    driver = WebDriver(port)
-    profile = tempfile.mkdtemp(prefix="gptcourse-chromium-")
-    try:
-        for _ in range(100):                  # 等 chromedriver 开始监听
-            try:
-                driver.call("GET", "/status")
-                break
-            except OSError:
-                time.sleep(0.1)
-        driver.start(profile)
+    with chromium_session() as driver:
         yield driver
-    finally:
-        driver.quit()
-        proc.terminate()
-        proc.wait(timeout=10)
-        shutil.rmtree(profile, ignore_errors=True)
 
 
 def test_page_writes_a_poem_token_by_token(demo, browser):
@@ -131,26 +61,65 @@ def test_page_writes_a_poem_token_by_token(demo, browser):
     browser.js("document.getElementById('form').value = arguments[0];", "五绝")
     browser.js("document.getElementById('seed').value = '7';")
     browser.call("POST", f"/element/{browser.element('#go')}/click", {})
-    deadline = time.time() + 90
-    while browser.js("return document.getElementById('poem').dataset.done") != "1":
-        status = browser.js("return document.getElementById('status').textContent")
-        assert not status.startswith("出错了"), status
-        assert time.time() < deadline, "90 秒内没有写完"
-        time.sleep(0.1)
-    shown = browser.js("return document.getElementById('poem').textContent")
-    poem = shown.replace("\n", "")
-    assert poem.startswith("春") and check_form(poem, "五绝"), shown
-    assert shown.count("\n") == 1                                # 每个"。"之后换行
+    wait_done(browser)
+    poem = browser.js("return document.getElementById('poem').dataset.text")
+    assert poem.startswith("春") and check_form(poem, "五绝"), poem
+    assert browser.js("return document.querySelectorAll('#poem .line').length") == 2   # 每联一行
     assert browser.js("return window.__updates") >= len(poem) - 1   # 一个字一个字地出现
     assert browser.js("return document.getElementById('status').textContent").startswith("完成")
+    # 脚本、样式、字体都是同源文件，在严格的 CSP 下照常加载，控制台里没有违规
+    assert browser.js("return getComputedStyle(document.body).backgroundColor") \
+        == "rgb(250, 248, 243)"
+    assert not [m for m in browser.console() if "Content Security Policy" in m]
     browser.call("POST", "/execute/async", {"script": "document.fonts.ready.then(arguments[0])",
                                              "args": []})         # 中文字体加载完再截图
     assert browser.js("return document.fonts.check('16px \"GPTCourse CJK Sans\"', '春')")
-    png = base64.b64decode(browser.call("GET", "/screenshot"))
+    png = screenshot(browser)
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def screenshot(browser, suffix: str = "") -> bytes:
+    """截图；设置了 GPTCOURSE_SCREENSHOT 时也存下来（suffix 加在扩展名前）。"""
+    png = base64.b64decode(browser.call("GET", "/screenshot"))
     if os.environ.get("GPTCOURSE_SCREENSHOT"):
-        with open(os.environ["GPTCOURSE_SCREENSHOT"], "wb") as f:
+        root, ext = os.path.splitext(os.environ["GPTCOURSE_SCREENSHOT"])
+        with open(root + suffix + ext, "wb") as f:
             f.write(png)
+    return png
+
+
+def wait_done(browser, seconds: float = 90) -> None:
+    deadline = time.time() + seconds
+    while browser.js("return document.getElementById('poem').dataset.done") != "1":
+        status = browser.js("return document.getElementById('status').textContent")
+        assert not status.startswith("出错了"), status
+        assert time.time() < deadline, f"{seconds} 秒内没有写完"
+        time.sleep(0.1)
+
+
+def test_rhyme_toggle_highlights_the_rhyme_characters(demo, browser):
+    browser.call("POST", "/url", {"url": demo + "/"})
+    browser.js("document.getElementById('form').value = arguments[0];", "五律")
+    browser.js("document.getElementById('seed').value = '3';")
+    browser.call("POST", f"/element/{browser.element('#rhyme')}/click", {})    # 勾上"押韵"
+    assert browser.js("return document.getElementById('rhyme').checked") is True
+    browser.call("POST", f"/element/{browser.element('#go')}/click", {})
+    wait_done(browser)
+    poem = browser.js("return document.getElementById('poem').dataset.text")
+    want = analyze(poem)                                  # 服务器用的就是 gc.verse.analyze
+    assert check_form(poem, "五律") and want.rhymes, poem
+    marked = browser.js("return Array.from(document.querySelectorAll('#poem ruby.rhyme'))"
+                        ".map(r => r.firstChild.textContent)")
+    assert len(marked) >= 4 and marked == [poem[i] for i in want.rhyme_positions]
+    tones = browser.js("return Array.from(document.querySelectorAll('#poem ruby'))"
+                       ".map(r => r.querySelector('rt').textContent)")
+    assert tones == [t or "" for t in want.tones]          # 每个字下面是它的 平/仄/中
+    assert set(tones) <= {"平", "仄", "中", ""} and "平" in tones
+    bg = browser.js("return getComputedStyle(document.querySelector('#poem ruby.rhyme'))"
+                    ".backgroundColor")
+    assert bg not in ("rgba(0, 0, 0, 0)", "transparent")  # 韵脚真的高亮了
+    assert want.rhyme_group in browser.js("return document.getElementById('verse').textContent")
+    screenshot(browser, "-rhyme")
 
 
 def test_bad_input_shows_an_error_message(demo, browser):

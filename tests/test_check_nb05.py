@@ -8,59 +8,58 @@ import torch
 
 import gptcourse as gc
 from gptcourse.check import nb05
-from conftest import passes  # 练习检查器的共用断言：返回值与"正确 ✓"一致
 
 
 GUESSES = {"guess_frequency": nb05.GUESS_FREQUENCY, "guess_offset": nb05.GUESS_OFFSET}
 
 
 @pytest.mark.parametrize("name", [n for n in nb05.EXERCISES if n not in GUESSES])
-def test_solutions_pass_and_are_registered(capsys, name):
-    assert passes(capsys, getattr(gc.check, name), gc.check.SOLUTIONS[name])[0]
+def test_solutions_pass_and_are_registered(passes, capsys, name):
+    assert passes(getattr(gc.check, name), gc.check.SOLUTIONS[name])[0]
     gc.check.show_solution(name)
     assert f"def solution_{name}" in capsys.readouterr().out
 
 
-def test_top_p_that_drops_the_crossing_token_fails(capsys):
+def test_top_p_that_drops_the_crossing_token_fails(passes, capsys):
     def wrong(logits, p):                       # 用"包括自己的累计和 > p"：越过 p 的那个也被删了
         s, order = torch.sort(logits, descending=True)
         remove = torch.zeros_like(logits, dtype=torch.bool)
         remove[order] = torch.cumsum(s.softmax(-1), -1) > p
         return logits.masked_fill(remove, float("-inf"))
 
-    ok, out = passes(capsys, gc.check.top_p, wrong)
+    ok, out = passes(gc.check.top_p, wrong)
     assert not ok and "越过 p" in out
 
 
-def test_penalty_that_divides_negative_logits_fails(capsys):
+def test_penalty_that_divides_negative_logits_fails(passes, capsys):
     def wrong(logits, ids, penalty):
         out = logits.clone()
         for i in set(ids):
             out[i] = out[i] / penalty
         return out
 
-    ok, out = passes(capsys, gc.check.repetition_penalty, wrong)
+    ok, out = passes(gc.check.repetition_penalty, wrong)
     assert not ok and "负 logit 应该乘以 penalty" in out
 
 
-def test_temperature_without_error_for_negative_tau_fails(capsys):
+def test_temperature_without_error_for_negative_tau_fails(passes, capsys):
     def no_check(logits, tau):
         if tau == 0:
             return torch.nn.functional.one_hot(logits.argmax(), logits.numel()).float()
         return torch.softmax(logits / tau, -1)
 
-    ok, out = passes(capsys, gc.check.temperature_softmax, no_check)
+    ok, out = passes(gc.check.temperature_softmax, no_check)
     assert not ok and "ValueError" in out
 
 
-def test_kv_bytes_hint_and_values(capsys):
-    ok, out = passes(capsys, gc.check.kv_cache_bytes, lambda L, B, T, C, b: L * B * T * C * b)
+def test_kv_bytes_hint_and_values(passes, capsys):
+    ok, out = passes(gc.check.kv_cache_bytes, lambda L, B, T, C, b: L * B * T * C * b)
     assert not ok and "乘 2" in out
     assert nb05.solution_kv_cache_bytes(12, 1, 1024, 768) == 75_497_472 == 72 * 2**20
     assert math.isclose(nb05.solution_kv_cache_bytes(4, 1, 128, 256) / 2**20, 1.0)
 
 
-def test_top_p_without_the_p_equals_one_rule_fails_on_every_cpu(capsys):
+def test_top_p_without_the_p_equals_one_rule_fails_on_every_cpu(passes, capsys):
     def no_rule(logits, p):                     # 正确的公式，但没有"p ≥ 1 不过滤"
         s, order = torch.sort(logits, descending=True, stable=True)
         probs = s.softmax(-1)
@@ -68,11 +67,11 @@ def test_top_p_without_the_p_equals_one_rule_fails_on_every_cpu(capsys):
         remove[order] = torch.cumsum(probs, -1) - probs >= p
         return logits.masked_fill(remove, float("-inf"))
 
-    ok, out = passes(capsys, gc.check.top_p, no_rule)
+    ok, out = passes(gc.check.top_p, no_rule)
     assert not ok and "p ≥ 1" in out
 
 
-def test_top_p_check_ignores_ties_at_the_boundary(capsys):
+def test_top_p_check_ignores_ties_at_the_boundary(passes, capsys):
     # 用 float64 算累计和的正确写法：与参考答案只在离边界 < 1e-6 的词元上可能不同，必须通过
     def in_float64(logits, p):
         if p >= 1:
@@ -83,21 +82,21 @@ def test_top_p_check_ignores_ties_at_the_boundary(capsys):
         remove[order] = torch.cumsum(probs, -1) - probs >= p
         return logits.masked_fill(remove, float("-inf"))
 
-    assert passes(capsys, gc.check.top_p, in_float64)[0]
+    assert passes(gc.check.top_p, in_float64)[0]
 
 
 
 @pytest.mark.parametrize("name", sorted(GUESSES))
-def test_guesses_accept_only_the_right_letter(capsys, name):
+def test_guesses_accept_only_the_right_letter(passes, capsys, name):
     checker = getattr(gc.check.nb05, name)
-    assert passes(capsys, checker, GUESSES[name])[0]
-    assert passes(capsys, checker, GUESSES[name].lower())[0]
+    assert passes(checker, GUESSES[name])[0]
+    assert passes(checker, GUESSES[name].lower())[0]
     wrong = next(c for c in "ABCD" if c != GUESSES[name])
-    ok, out = passes(capsys, checker, wrong)
+    ok, out = passes(checker, wrong)
     assert not ok and "还不对" in out
-    ok, out = passes(capsys, checker, "E")
+    ok, out = passes(checker, "E")
     assert not ok and "请填" in out
-    ok, out = passes(capsys, checker, None)
+    ok, out = passes(checker, None)
     assert not ok and "还没完成" in out
 
 
@@ -130,25 +129,25 @@ def _loop(crop=True, stop=True, ban_unk=True, with_prompt=True):
     (dict(stop=False), "结束符"),
     (dict(with_prompt=False), "提示"),
 ])
-def test_decode_loop_typical_mistakes(capsys, wrong, needle):
-    ok, out = passes(capsys, gc.check.nb05.decode_loop, _loop(**wrong))
+def test_decode_loop_typical_mistakes(passes, capsys, wrong, needle):
+    ok, out = passes(gc.check.nb05.decode_loop, _loop(**wrong))
     assert not ok and needle in out, out
 
 
-def test_decode_loop_reference_equals_the_package_loop(capsys):
-    assert passes(capsys, gc.check.nb05.decode_loop, _loop())[0]
+def test_decode_loop_reference_equals_the_package_loop(passes, capsys):
+    assert passes(gc.check.nb05.decode_loop, _loop())[0]
 
 
-def test_inverse_cdf_mistakes(capsys):
+def test_inverse_cdf_mistakes(passes, capsys):
     def strict(probs, u):                          # < 而不是 ≤：u 落在端点上时选中了概率为 0 的字
         return (torch.cumsum(probs, -1)[None, :] < u[:, None]).sum(-1)
 
-    ok, out = passes(capsys, gc.check.nb05.inverse_cdf, strict)
+    ok, out = passes(gc.check.nb05.inverse_cdf, strict)
     assert not ok and "≤ 而不是 <" in out
     def always_top(probs, u):
         return probs.argmax().repeat(len(u))
 
-    ok, out = passes(capsys, gc.check.nb05.inverse_cdf, always_top)
+    ok, out = passes(gc.check.nb05.inverse_cdf, always_top)
     assert not ok and "应选第" in out
     torch.manual_seed(0)
     u = torch.rand(20000)
@@ -179,12 +178,12 @@ def _rope_step(offset=True, rotate_v=False, rotate_k=True):
     (dict(rotate_v=True), "V 不做旋转"),
     (dict(rotate_k=False), "没有按真实位置旋转"),
 ])
-def test_rope_cached_step_mistakes(capsys, wrong, needle):
-    ok, out = passes(capsys, gc.check.nb05.rope_cached_step, _rope_step(**wrong))
+def test_rope_cached_step_mistakes(passes, capsys, wrong, needle):
+    ok, out = passes(gc.check.nb05.rope_cached_step, _rope_step(**wrong))
     assert not ok and needle in out, out
 
 
-def test_quantize_rows_mistakes(capsys):
+def test_quantize_rows_mistakes(passes, capsys):
     def per_tensor(w):
         scale = w.abs().max() / 127
         return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
@@ -199,7 +198,7 @@ def test_quantize_rows_mistakes(capsys):
 
     for fn, needle in ((per_tensor, "每张量一个"), (truncating, "四舍五入"),
                        (by_128_no_clamp, "clamp")):
-        ok, out = passes(capsys, gc.check.nb05.quantize_rows, fn)
+        ok, out = passes(gc.check.nb05.quantize_rows, fn)
         assert not ok and needle in out, (fn.__name__, out)
 
 
@@ -214,8 +213,8 @@ def _fenming(**wrong):
     (dict(both_as_ping=True), "中"),
     (dict(same=True), "相反"),
 ])
-def test_fenming_typical_mistakes(capsys, wrong, needle):
-    ok, out = passes(capsys, gc.check.nb05.fenming, _fenming(**wrong))
+def test_fenming_typical_mistakes(passes, capsys, wrong, needle):
+    ok, out = passes(gc.check.nb05.fenming, _fenming(**wrong))
     assert not ok and needle in out, out
 
 

@@ -53,7 +53,8 @@ def test_round_trip(tmp_path, tok, ids):
     assert meta["step"] == 7 and meta["val_loss"] == 1.5 and meta["config"] == model.config
     raw = checkpoint.load_raw(path)
     assert set(raw) == {"format", "config", "model", "tokenizer", "step", "optimizer", "rng",
-                        "meta"}
+                        "meta", "sha256"}
+    assert raw["sha256"] == checkpoint.payload_sha256(raw) and len(raw["sha256"]) == 64
     assert raw["optimizer"]["state"]                             # 优化器的动量也在里面
     x = ids[None, :16]
     model.eval()
@@ -145,7 +146,9 @@ def test_arbitrary_pickle_is_refused_not_executed(tmp_path):
 
 
 def _tamper(path, fn):
+    """改动检查点的内容；去掉校验和，模拟没有校验和的旧格式文件（否则先报校验和不符）。"""
     obj = torch.load(path, weights_only=True)
+    obj.pop("sha256", None)
     fn(obj)
     torch.save(obj, path)
 

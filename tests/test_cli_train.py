@@ -37,7 +37,8 @@ def test_train_writes_loadable_best_and_last(tmp_path, capsys):
     (["--steps", "2", "--batch-size", "0"], "batch_size 必须 ≥ 1"),
     (["--steps", "2", "--lr", "-1"], "lr > 0"),
     (["--steps", "2", "--bf16", "--no-bf16"], "不能同时给出"),
-    (["--steps", "2", "--block-size", "-3"], "block_size 必须 ≥ 1"),
+    (["--steps", "2", "--block-size", "-3"], "block_size 必须在 [1, 8192] 之内"),
+    (["--steps", "2", "--block-size", "0"], "block_size 必须在 [1, 8192] 之内，收到 0"),
     (["--minutes", "0"], "max_minutes 必须 > 0"),
 ])
 def test_bad_arguments_give_clear_errors(tmp_path, capsys, args, message):

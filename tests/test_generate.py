@@ -12,8 +12,8 @@ from gptcourse.constraints import FORMS, VerseConstraint, check_form
 from gptcourse.verse import analyze, group_chars, tone
 from gptcourse.data import load_corpus
 from gptcourse.generate import (apply_repetition_penalty, apply_temperature, generate,
-                                generate_batch, next_token_probs, sample_next, stream_tokens,
-                                top_k_filter, top_p_filter)
+                                generate_batch, next_token_probs, sample_next, sample_rows,
+                                stream_tokens, top_k_filter, top_p_filter)
 from gptcourse.model import GPT
 from gptcourse.tokenizer import CharTokenizer, UnknownCharacterError
 
@@ -114,6 +114,25 @@ def test_sample_next_is_reproducible_and_follows_probabilities():
         sample_next(torch.full((3,), INF))
 
 
+def test_sample_rows_equals_sample_next_row_by_row():
+    """整批过滤一次、每行用自己的发生器抽样 == 逐行调用 sample_next（同一个种子，同样的 id）。"""
+    logits = torch.randn(5, 50, generator=torch.Generator().manual_seed(0)) * 3
+    for kw in (dict(), dict(temperature=0.7, top_k=10), dict(temperature=1.3, top_p=0.8)):
+        for trial in range(10):
+            gens = [torch.Generator().manual_seed(100 * trial + i) for i in range(5)]
+            got = sample_rows(logits, generators=gens, **kw).tolist()
+            want = [int(sample_next(logits[i], generator=torch.Generator().manual_seed(
+                100 * trial + i), **kw)) for i in range(5)]
+            assert got == want
+    assert sample_rows(logits, temperature=0).tolist() == logits.argmax(-1).tolist()
+    assert sample_rows(logits, top_k=1, generators=[None] * 5).tolist() \
+        == logits.argmax(-1).tolist()
+    with pytest.raises(ValueError, match="generators"):
+        sample_rows(logits, generators=[None, torch.Generator()])
+    with pytest.raises(ValueError, match="没有任何可选"):
+        sample_rows(torch.full((2, 3), INF), generators=[None, None])
+
+
 # ---------------------------------------------------------------- 解码循环
 def test_greedy_equals_a_hand_written_loop(tok, rope_model):
     ids = [tok.eos_id] + tok.encode("春风")
@@ -178,13 +197,48 @@ def test_cache_falls_back_to_recompute_past_block_size(tok, pos):
 
 def test_batch_equals_one_by_one(tok, rope_model):
     prompts = ["", "春", "白日依山尽，", "床前明月光，疑是地上霜。"]
-    for kw in (dict(seed=3, top_k=50), dict(temperature=0), dict(seed=9, form="五绝")):
+    for kw in (dict(seed=3, top_k=50), dict(temperature=0), dict(seed=9, form="五绝"),
+               dict(seed=4, temperature=0.8, top_p=0.9, repetition_penalty=1.3),
+               dict(seed=5, form="五绝", top_p=0.95, temperature=1.2)):
         batch = generate_batch(rope_model, tok, prompts, max_new_tokens=None, **kw)
         single = [generate(rope_model, tok, p, max_new_tokens=None,
                            **{**kw, **({"seed": kw["seed"] + i} if "seed" in kw else {})})
                   for i, p in enumerate(prompts)]
         assert batch == single
         assert all(b.startswith(p) for b, p in zip(batch, prompts))
+
+
+def test_batch_with_penalty_and_cache_equals_no_cache_past_block_size(tok):
+    """重复惩罚的窗口、强制喂提示、滑动窗口重算：一批、带缓存 == 逐首、不带缓存。"""
+    m = tiny(tok, "rope", block_size=24)
+    prompts = ["月", "山高月小，水落石出。"]
+    kw = dict(max_new_tokens=40, temperature=0.9, repetition_penalty=1.5)
+    batch = generate_batch(m, tok, prompts, seed=2, **kw)
+    assert all(len(b) > 24 for b in batch)
+    assert batch == [generate(m, tok, p, seed=2 + i, use_cache=False, **kw)
+                     for i, p in enumerate(prompts)]
+
+
+def test_decoding_leaves_grad_mode_alone_between_steps(tok, rope_model):
+    """每一步在 inference_mode 里算，但 yield 出去之后调用方仍是原来的梯度模式。"""
+    it = stream_tokens(rope_model, tok, "春", max_new_tokens=5, seed=0)
+    next(it)
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+    x = torch.ones(2, requires_grad=True)
+    (x * 2).sum().backward()                                          # 调用方还能正常求导
+    assert x.grad.tolist() == [2.0, 2.0]
+    assert len(list(it)) == 4
+
+
+def test_constraint_text_is_kept_incrementally(tok, rope_model, monkeypatch):
+    """约束解码不再每一步把整行重新解码：除了最后拼结果，decode 每次只收到一个词元。"""
+    sizes = []
+    real = type(tok).decode
+    monkeypatch.setattr(type(tok), "decode", lambda self, ids: sizes.append(len(ids))
+                        or real(self, ids))
+    poems = generate_batch(rope_model, tok, ["", "春"], form="七律", seed=1)
+    assert all(check_form(p, "七律") for p in poems)
+    assert sizes.count(1) >= 2 * 56 and sum(n > 1 for n in sizes) <= 2
 
 
 def test_same_seed_same_poem_different_seed_different_poem(tok, rope_model):
@@ -297,9 +351,27 @@ def test_rhyme_group_acrostic_and_prompt(tok, rope_model):
     assert analyze(p).rhyme_group == "下平十一尤"                   # 韵部由提示里的"流"决定
 
 
+def test_rhyme_without_a_form_allows_all_four_forms(tok, rope_model):
+    """只要押韵、不定诗体：每句几个字由第一句决定，第 4 句后可以结束也可以写满 8 句。"""
+    for kw in (dict(rhyme=True), dict(rhyme=True, tones=True)):
+        for p in generate_batch(rope_model, tok, [""] * 20, seed=40, **kw):
+            a = analyze(p)
+            assert a.valid_form and a.rhymes, p
+    c = VerseConstraint(tok, rhyme=True)
+    five = c.allowed("春风吹绿柳")                              # 第一句可以 5 字，也可以 7 字
+    assert five[tok.stoi["，"]] and five.sum() > 3
+    four = "春风吹绿柳，夏日照江流。秋月明山寺，冬云满客楼。"
+    assert c.allowed(four)[tok.eos_id] and c.allowed(four).sum() > 1   # 可结束，也可接着写
+    assert only_eos(c.allowed(four + "江南三月暮，花落水东流。山色青如黛，高歌上酒楼。"), tok)
+
+
+def only_eos(mask, tok):
+    return mask[tok.eos_id] and mask.sum() == 1
+
+
 def test_rhyme_errors(tok, rope_model):
     with pytest.raises(ValueError, match="需要诗体"):
-        generate(rope_model, tok, "", rhyme=True)
+        VerseConstraint(tok)
     with pytest.raises(ValueError, match="平声韵部"):
         generate(rope_model, tok, "", form="五绝", rhyme_group="董")
     with pytest.raises(ValueError, match="不是同一平声韵部"):                  # 鸟：仄声

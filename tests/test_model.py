@@ -199,7 +199,24 @@ def test_cache_memory_and_shapes():
         model(torch.zeros(2, 10, dtype=torch.long), cache=cache)
     k, v = cache.layers[0]
     assert k.shape == v.shape == (2, 4, 10, 24)                       # [B, H, S, D]
+    assert cache.length == 10
     assert cache.nbytes() == 2 * 3 * 2 * 10 * 96 * 4                  # 2·L·B·T·C·4 字节
+
+
+def test_cache_is_preallocated_and_written_in_place():
+    """缓冲区 [B, H, block_size, D] 只分配一次；之后每一步写进同一块内存，不拼接、不重新分配。"""
+    model = build("mini")                                             # block_size 64
+    cache = model.new_cache()
+    with torch.no_grad():
+        model(torch.zeros(1, 5, dtype=torch.long), cache=cache)
+        buffers = [(k.data_ptr(), v.data_ptr()) for k, v in zip(cache.k, cache.v)]
+        for _ in range(20):
+            model(torch.ones(1, 1, dtype=torch.long), cache=cache)
+    assert [tuple(k.shape) for k in cache.k] == [(1, 4, 64, 24)] * 3
+    assert [(k.data_ptr(), v.data_ptr()) for k, v in zip(cache.k, cache.v)] == buffers
+    assert cache.length == 25 and cache.layers[2][1].shape == (1, 4, 25, 24)
+    with pytest.raises(ValueError, match="批大小"):
+        model(torch.zeros(2, 1, dtype=torch.long), cache=cache)
 
 
 # ------------------------------------------------------------------ 参数计数

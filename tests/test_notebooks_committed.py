@@ -1,8 +1,13 @@
 """提交的笔记本必须来自一次干净的、从上到下的完整运行（检查规则见 gptcourse.notebooks）。"""
 from __future__ import annotations
 
+import inspect
+import re
+
 import nbformat
 import pytest
+
+import gptcourse as gc
 
 from gptcourse.notebooks import NOTEBOOK_DIR, check_notebook, notebook_paths
 
@@ -51,3 +56,50 @@ def test_checker_catches_bad_notebooks(tmp_path):
     nbformat.write(_nb([md("没有标题"), c1, c2, c3]), path2)   # 计数 2, 1, 3
     problems = "\n".join(check_notebook(path2))
     assert "执行计数" in problems and "学习目标" in problems
+
+
+# ---------------------------------------------------------------- 打印出来的源码不能过期
+GETSOURCE_RE = re.compile(r"getsource\(\s*([A-Za-z_][\w.]*)\s*\)")
+IMPORT_LINE_RE = re.compile(r"^(from [\w.]+ import [\w, ]+|import [\w.]+(?: as \w+)?"
+                            r"|\w+ = gc(?:\.\w+)+)\s*(?:#.*)?$", re.M)
+
+
+def _getsource_cells(path):
+    """(单元格序号, 表达式, 提交的 stdout) —— 每个调用 inspect.getsource(...) 的代码单元格。"""
+    nb = nbformat.read(path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        stdout = "".join(o.get("text", "") for o in cell.get("outputs", [])
+                         if o.get("output_type") == "stream" and o.get("name") == "stdout")
+        for expr in GETSOURCE_RE.findall(cell.source):
+            yield i, expr, stdout
+
+
+def _namespace(path) -> dict:
+    """笔记本里的导入语句与 ``X = gc.…`` 别名（足以找到 getsource 的对象），不运行别的代码。"""
+    nb = nbformat.read(path, as_version=4)
+    ns = {"gc": gc, "inspect": inspect}
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            for line in IMPORT_LINE_RE.findall(cell.source):
+                exec(line, ns)                                   # 只有导入语句与别名
+    return ns
+
+
+SOURCE_CELLS = [(p, *c) for p in NOTEBOOKS for c in _getsource_cells(p)]
+
+
+def test_notebooks_print_package_source():
+    assert len(SOURCE_CELLS) >= 20                               # 五个笔记本里打印的源码
+
+
+@pytest.mark.parametrize("path, cell, expr, stdout", SOURCE_CELLS,
+                         ids=[f"{p.stem}-cell{i}-{e}" for p, i, e, _ in SOURCE_CELLS])
+def test_printed_source_is_current(path, cell, expr, stdout):
+    """单元格输出里的源码必须与包里现在的源码一字不差；否则改了包却没有重跑笔记本。"""
+    obj = eval(expr, _namespace(path))                           # 只是属性访问：gc.x.y
+    current = inspect.getsource(obj)
+    assert current in stdout, (
+        f"{path.name} 单元格 {cell} 打印的 {expr} 源码已过期："
+        f"请运行 python -m gptcourse.notebooks run {path.stem}")

@@ -10,12 +10,13 @@ import time
 import pytest
 import torch
 
+from gptcourse import precision
 from gptcourse.config import preset
 from gptcourse.data import get_batch
 from gptcourse.model import GPT
 from gptcourse.tokenizer import CharTokenizer
-from gptcourse.train import (History, TrainConfig, batch_generator, cosine_lr, estimate_loss,
-                             lr_at, make_optimizer, param_groups, train, train_step)
+from gptcourse.train import (History, TrainConfig, TrainingDiverged, batch_generator, cosine_lr,
+                             estimate_loss, lr_at, make_optimizer, param_groups, train, train_step)
 
 
 def tiny_model(seed: int = 0, vocab: int = 64, **kw) -> GPT:
@@ -255,3 +256,156 @@ def test_batch_generator_depends_on_seed_step_rank():
 def test_train_config_rejects_bad_values(bad):
     with pytest.raises(ValueError, match="|".join(bad) or "预算"):
         quiet(**bad)
+
+
+# ------------------------------------------------------------------ 延迟同步、发散、配置
+@pytest.mark.parametrize("bad", [dict(lr=math.inf), dict(lr=math.nan), dict(log_interval=0),
+                                 dict(bf16_mode="fp8"), dict(betas=(0.9, 1.0)),
+                                 dict(grad_clip=math.inf), dict(weight_decay=-1),
+                                 dict(max_minutes=math.inf)])
+def test_train_config_rejects_more_bad_values(bad):
+    with pytest.raises(ValueError, match="|".join(bad)):
+        quiet(**bad)
+
+
+@pytest.mark.parametrize("log_interval", [1, 4, 100])
+def test_deferred_sync_history_equals_synchronous_loop(ids, log_interval):
+    """train 每 log_interval 步才取回损失；记录与逐步 .item() 的朴素循环完全一样，权重也一样。"""
+    cfg = quiet(max_steps=7, eval_interval=5, log_interval=log_interval)
+    model = tiny_model()
+    h = train(model, ids, ids, cfg)
+    ref = tiny_model()
+    opt = make_optimizer(ref, cfg.lr, cfg.weight_decay, cfg.betas)
+    rows = []
+    for s in range(cfg.max_steps):
+        for group in opt.param_groups:
+            group["lr"] = lr_at(s, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+        batch = get_batch(ids, cfg.batch_size, 16, generator=batch_generator(cfg.seed, s))
+        rows.append(train_step(ref, opt, [batch], cfg.grad_clip))
+    assert [(r["loss"], r["grad_norm"]) for r in h.steps] == rows          # 逐位相同
+    assert [e["step"] for e in h.evals] == [5, 7]
+    for a, b in zip(model.state_dict().values(), ref.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_divergence_raises_with_history(ids):
+    with pytest.raises(TrainingDiverged, match="发散.*调低 lr") as e:
+        train(tiny_model(), ids, ids, quiet(lr=1e30, warmup_steps=0, max_steps=50,
+                                            eval_interval=100, log_interval=5))
+    err = e.value
+    assert err.step <= 5 and not math.isfinite(err.loss)
+    assert [r["step"] for r in err.history.steps] == list(range(1, err.step + 1))
+    assert err.history.evals == []                                     # 发散之后不再评估
+
+
+# ------------------------------------------------------------------ bf16：按能力决定；两种做法
+def test_bf16_auto_decides_from_cpu_flags_not_timing(ids, monkeypatch):
+    monkeypatch.setattr(precision, "cpu_info", lambda: ("X", frozenset({"avx2", "amx_bf16"})))
+    assert precision.bf16_decision("cpu") == (True, "CPU 有 amx_bf16 指令")
+    monkeypatch.setattr(precision, "cpu_info", lambda: ("X", frozenset({"avx2", "avx512f"})))
+    ok, why = precision.bf16_decision("cpu")
+    assert ok is False and "没有 avx512_bf16" in why
+    assert precision.resolve_bf16(True, "cpu") == (True, "手动打开")
+    runs, hs = [], []
+    for _ in range(2):                                                # 同一条命令跑两次
+        runs.append(tiny_model())                                     # （也重设了 dropout 的种子）
+        hs.append(train(runs[-1], ids, ids, quiet(bf16="auto")))
+    assert hs[0].info == hs[1].info and hs[0].info["bf16"] is False
+    for a, b in zip(runs[0].state_dict().values(), runs[1].state_dict().values()):
+        assert torch.equal(a, b)                                      # 权重逐位相同
+
+
+@pytest.mark.parametrize("mode", ["autocast", "weights"])
+def test_bf16_modes_learn_close_to_fp32(ids, mode):
+    kw = dict(max_steps=12, lr=1e-2, eval_interval=12)
+    h32 = train(tiny_model(), ids, ids, quiet(**kw))
+    model = tiny_model()
+    h16 = train(model, ids, ids, quiet(**kw, bf16=True, bf16_mode=mode))
+    assert h16.info == {"bf16": True, "bf16_reason": "手动打开", "bf16_mode": mode,
+                        "compiled": "未编译"}
+    l32, l16 = [r["loss"] for r in h32.steps], [r["loss"] for r in h16.steps]
+    assert l16 != l32 and abs(l16[0] - l32[0]) < 0.02
+    assert l16[-1] < l16[0] - 0.3 and abs(l16[-1] - l32[-1]) < 0.15
+    assert all(p.dtype == torch.float32 for p in model.parameters())   # 主权重仍是 fp32
+
+
+def test_bf16_weights_keeps_fp32_master_and_bf16_copy():
+    model = tiny_model()
+    shadow = precision.Bf16Weights(model)
+    assert all(q.dtype == torch.bfloat16 for q in shadow.low.parameters())
+    assert shadow.low.lm_head.weight is shadow.low.tok_emb.weight     # 共享权重仍共享
+    with torch.no_grad():
+        model.tok_emb.weight.add_(1.0)
+    shadow.master_to_low()
+    torch.testing.assert_close(shadow.low.tok_emb.weight.float(), model.tok_emb.weight,
+                               atol=0.02, rtol=0.01)
+
+
+# ------------------------------------------------------------------ torch.compile 的退路
+def test_compile_failure_falls_back_to_eager(ids, monkeypatch, capsys):
+    class Broken(torch.nn.Module):
+        def forward(self, *a):
+            raise RuntimeError("no C++ compiler")
+
+    monkeypatch.setattr(torch, "compile", lambda m: Broken())
+    h_eager = train(tiny_model(), ids, ids, quiet())
+    h = train(tiny_model(), ids, ids, quiet(compile=True))
+    assert "第一步失败" in h.info["compiled"] and "no C++ compiler" in h.info["compiled"]
+    assert "改用普通模式" in capsys.readouterr().err
+    assert [r["loss"] for r in h.steps] == [r["loss"] for r in h_eager.steps]
+
+    def refuse(m):
+        raise RuntimeError("dynamo unsupported")
+
+    monkeypatch.setattr(torch, "compile", refuse)
+    h = train(tiny_model(), ids, ids, quiet(compile=True))
+    assert h.info["compiled"].startswith("torch.compile 不可用")
+    assert [r["loss"] for r in h.steps] == [r["loss"] for r in h_eager.steps]
+
+
+# ------------------------------------------------------------------ 基准（只看结构，不看数值）
+def test_training_bench_quick_has_reference_ratio_and_ceilings(capsys):
+    from gptcourse.bench import training as bench
+
+    r = bench.run(quick=True, vocab_size=64)
+    out = capsys.readouterr().out
+    assert [row["case"] for row in r["training"]] == ["参照", "train · 普通模式"]
+    ref, mine = r["training"]
+    assert ref["ratio"] == 1.0 and mine["ratio"] == pytest.approx(
+        mine["tokens_per_s"] / ref["tokens_per_s"])
+    assert mine["gflops"] == pytest.approx(6 * r["model"]["params"] * mine["tokens_per_s"] / 1e9)
+    assert set(r["matmul_ceiling"]) == {"fp32", "bf16"}
+    assert "参照" in out and "÷参照" in out and "bf16 相关指令" in out
+
+
+def test_cli_divergence_before_any_eval_says_nothing_was_written(tmp_path, capsys):
+    from gptcourse import cli
+
+    out = tmp_path / "x.pt"
+    argv = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
+            "--block-size", "16", "--no-bf16", "--no-progress", "--lr", "1e30", "--warmup", "0",
+            "--steps", "30", "--eval-interval", "100", "--out", str(out)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "发散" in err and "没有写出检查点" in err and "找不到" not in err
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_divergence_after_an_eval_keeps_the_best_checkpoint(tmp_path, capsys, monkeypatch):
+    from gptcourse import checkpoint, cli, train_cli
+
+    real = train_cli.train
+
+    def diverging(model, *a, **kw):                 # 正常训练 2 步（评估一次），然后"发散"
+        h = real(model, *a, **kw)
+        raise TrainingDiverged(3, math.nan, 1e-3, h)
+
+    monkeypatch.setattr(train_cli, "train", diverging)
+    out = tmp_path / "x.pt"
+    argv = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
+            "--block-size", "16", "--no-bf16", "--no-progress", "--steps", "2", "--out", str(out)]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "第 3 步发散" in err and "已把发散之前验证损失最好的检查点写到" in err
+    model, _, meta = checkpoint.load(out)
+    assert meta["diverged_at_step"] == 3 and meta["step"] == 2

@@ -1,23 +1,36 @@
-"""生成速度基准：带 / 不带 KV 缓存、fp32 / 动态 int8，随生成长度变化的词元/秒。
+"""生成速度基准：``python -m gptcourse.bench --only generation``。
 
-    python -m gptcourse.bench --only generation        # 或 python -m gptcourse.bench.generation
+一次运行里并排测量三张表，全部走公开的 ``generate`` / ``generate_batch``（不是只测模型）：
 
-模型：课程模型的设计（RoPE、RMSNorm、SwiGLU、4 层、C=256、词表 6,436），但把上下文放宽到
-block_size=640，好让生成长度一直测到 512；权重是**随机初始化**的——速度只取决于形状，
-与权重的数值无关。每种组合在同一次运行里依次测量，取 ``repeats`` 次中最快的一次。
+1. **随课程发布的模型，批大小 1，带 KV 缓存**：默认设置的词元/秒，以及每个"杠杆"单独换掉后的
+   对比——逐步 ``torch.cat`` 的旧式缓存（写在本文件里作参照）、手写注意力代替 SDPA、动态 int8、
+   2 个线程、top-p + 温度、诗体约束，还有"模型单步"（不经解码循环，``inference_mode`` 与
+   ``no_grad`` 各一次）和"只做矩阵 × 向量"（把每个权重矩阵读一遍的下限），看时间花在哪里。
+   各配置按轮交替计时，取各轮中位数。
+2. **16 首一批**：``generate_batch`` 一次写 16 首 与 逐首写 16 首 的吞吐之比。
+3. **缓存 vs 整段重算**：课程模型的设计、**随机权重**（速度只取决于形状）、上下文放宽到 640，
+   贪心写 32…512 个新词元，两种方式交替计时，取最快的一次。
+
+每个数都给两种口径：墙钟词元/秒（目标说的就是它），以及按本进程 CPU 时间算的词元/秒——机器上
+还有别的程序在跑时，后者受干扰小得多（但 2 线程时它把两个线程的时间加在一起）。
 """
 from __future__ import annotations
 
+import statistics
 import time
+from contextlib import contextmanager
 
 import torch
 
 from ..config import preset
-from ..model import GPT
-from ..quantize import decode_speed, quantize_dynamic_int8
+from ..generate import generate, generate_batch
+from ..model import GPT, KVCache
+from ..quantize import quantize_dynamic_int8
+from .training import machine_info
 
 LENGTHS = (32, 64, 128, 256, 512)
 PROMPT_LEN = 8
+PROMPT = "春风吹绿江南岸"                                   # 加上开头的换行正好 8 个词元
 
 
 def bench_model(vocab_size: int = 6436, block_size: int = 640, seed: int = 0) -> GPT:
@@ -25,52 +38,244 @@ def bench_model(vocab_size: int = 6436, block_size: int = 640, seed: int = 0) ->
     return GPT(preset("course", vocab_size=vocab_size, block_size=block_size)).eval()
 
 
-def run(quick: bool = False, lengths: tuple[int, ...] | None = None, repeats: int | None = None,
-        threads: int | None = None) -> dict:
-    """测量并打印表格，返回 {"rows": [...], 说明字段}。quick=True 只测 32 和 64。"""
-    lengths = lengths or ((32, 64) if quick else LENGTHS)
-    repeats = repeats or (1 if quick else 2)
+class CatCache(KVCache):
+    """参照：旧式缓存，每一步用 ``torch.cat`` 把新的 K、V 拼到旧缓存后面（整块复制一遍）。"""
+
+    def write(self, layer, start, k, v):
+        if layer == len(self.k):
+            self.k.append(k)
+            self.v.append(v)
+        else:
+            self.k[layer] = torch.cat([self.k[layer], k], dim=2)
+            self.v[layer] = torch.cat([self.v[layer], v], dim=2)
+        return self.k[layer], self.v[layer]
+
+
+@contextmanager
+def _variant(model, *, cat_cache=False, manual=False, threads=None):
+    """临时换掉一个杠杆：旧式缓存 / 手写注意力 / 线程数。结束后恢复原样。"""
+    old_threads = torch.get_num_threads()
+    if cat_cache:
+        model.new_cache = lambda: CatCache(model.config.n_layer, model.config.block_size)
+    for b in model.blocks if manual else ():
+        b.attn.use_sdpa = False
     if threads:
         torch.set_num_threads(threads)
-    model = bench_model(block_size=max(640, PROMPT_LEN + max(lengths)))
-    q8 = quantize_dynamic_int8(model, include_head=True)      # 输出头占解码计算的大头
+    try:
+        yield model
+    finally:
+        torch.set_num_threads(old_threads)
+        model.__dict__.pop("new_cache", None)
+        for b in model.blocks:
+            b.attn.use_sdpa = model.config.attention == "sdpa"
+
+
+def _timed(fn) -> tuple[float, float, int]:
+    """运行 fn()（返回生成的词元数）→ (墙钟秒, 进程 CPU 秒, 词元数)。"""
+    w, c = time.perf_counter(), time.process_time()
+    n = fn()
+    return time.perf_counter() - w, time.process_time() - c, n
+
+
+def _n_tokens(tok, prompt: str, out: str, max_new: int) -> int:
+    """生成了几个词元（续写的长度；没写满 max_new 说明以结束符收尾，结束符也算一个）。"""
+    n = len(tok.encode(out[len(prompt):]))
+    return n + (n < max_new)
+
+
+def _poems(model, tok, n: int, **kw) -> int:
+    """逐首写 n 首（种子 0…n−1），返回词元总数。"""
+    return sum(_n_tokens(tok, "", generate(model, tok, "", seed=s, **kw), 100)
+               for s in range(n))
+
+
+def _batch(model, tok, n: int, **kw) -> int:
+    outs = generate_batch(model, tok, [""] * n, seed=0, **kw)
+    return sum(_n_tokens(tok, "", o, 100) for o in outs)
+
+
+def _steps(model, n: int, grad_ctx) -> int:
+    """只调用模型：预填充 1 个词元后再单步 n 次（不采样、不经解码循环）。"""
+    x = torch.zeros(1, 1, dtype=torch.long)
+    with grad_ctx():
+        cache = model.new_cache()
+        for _ in range(n + 1):
+            model(x, cache=cache)
+    return n
+
+
+def _weights_only(model, n: int) -> int:
+    """下限：每个"词元"只把模型的每个权重矩阵与一个向量相乘一次（fp32 权重各读一遍），共 n 次。"""
+    mats = list({id(m.weight): m.weight.detach() for m in model.modules()
+                 if isinstance(m, torch.nn.Linear)}.values())
+    xs = [torch.randn(1, w.shape[1]) for w in mats]
+    with torch.inference_mode():
+        for _ in range(n):
+            for w, x in zip(mats, xs):
+                torch.nn.functional.linear(x, w)
+    return n
+
+
+def _rates(times: list[tuple[float, float, int]]) -> dict:
+    wall = statistics.median(n / w for w, _, n in times)
+    cpu = statistics.median(n / c for _, c, n in times if c > 0)
+    return {"tok_s": wall, "cpu_tok_s": cpu, "tokens": statistics.median(n for *_, n in times)}
+
+
+def shipped_levers(model, tok, rounds: int, n_poems: int) -> dict:
+    """表 1 与表 2：随课程发布的模型，批大小 1 的各个杠杆，以及 16 首一批的吞吐。"""
+    q_all = quantize_dynamic_int8(model, include_head=True)
+    q_blocks = quantize_dynamic_int8(model)
+    steps = 100
+    def poems(m):
+        return _poems(m, tok, n_poems)
+
+    cases = {
+        "默认（fp32 · 预分配缓存 · SDPA · inference_mode · 1 线程）": (model, {}, poems),
+        "旧式缓存（每步 torch.cat）": (model, dict(cat_cache=True), poems),
+        "手写注意力（代替 SDPA）": (model, dict(manual=True), poems),
+        "2 个线程": (model, dict(threads=2), poems),
+        "动态 int8（全部 Linear，含输出头）": (q_all, {}, poems),
+        "动态 int8（只量化各块，输出头 fp32）": (q_blocks, {}, poems),
+        "温度 0.8 + top-p 0.9": (model, {}, lambda m: _poems(m, tok, n_poems, temperature=0.8,
+                                                             top_p=0.9)),
+        "诗体约束（七绝）": (model, {}, lambda m: _poems(m, tok, n_poems, form="七绝")),
+        "模型单步 ×100（inference_mode）":
+            (model, {}, lambda m: _steps(m, steps, torch.inference_mode)),
+        "模型单步 ×100（no_grad）": (model, {}, lambda m: _steps(m, steps, torch.no_grad)),
+        "只做矩阵 × 向量 ×100（权重各读一遍）": (model, {}, lambda m: _weights_only(m, steps)),
+    }
+    batch_cases = {"逐首写 16 首": lambda: _poems(model, tok, 16),
+                   "generate_batch 一次 16 首": lambda: _batch(model, tok, 16)}
+    times: dict[str, list] = {k: [] for k in (*cases, *batch_cases)}
+    for r in range(rounds + 1):                                   # 第 0 轮是预热，不计
+        for name, (m, lever, fn) in cases.items():
+            with _variant(m, **lever):
+                t = _timed(lambda f=fn, x=m: f(x))
+            if r:
+                times[name].append(t)
+        if r:                                                     # 批量这张表不需要预热
+            for name, fn in batch_cases.items():
+                times[name].append(_timed(fn))
+    rows = [{"case": k, **_rates(times[k])} for k in cases]
+    base = rows[0]
+    for row in rows:
+        row["vs_default"] = row["tok_s"] / base["tok_s"]
+        row["cpu_vs_default"] = row["cpu_tok_s"] / base["cpu_tok_s"]
+    batch = [{"case": k, **_rates(times[k])} for k in batch_cases]
+    return {"levers": rows, "batch16": batch,
+            "batch16_speedup": batch[1]["tok_s"] / batch[0]["tok_s"],
+            "batch16_cpu_speedup": batch[1]["cpu_tok_s"] / batch[0]["cpu_tok_s"]}
+
+
+def cache_table(lengths=LENGTHS, repeats: int = 2, tok=None) -> list[dict]:
+    """表 3：随机权重的课程设计（block_size ≥ 640），贪心写 n 个新词元，缓存 vs 整段重算。"""
+    if tok is None:
+        from ..tokenizer import CharTokenizer
+        hanzi = "".join(map(chr, range(0x4E00, 0x4E00 + 6420)))  # 词表大小与课程模型相近
+        tok = CharTokenizer.from_text("\n" + PROMPT + hanzi)
+    model = bench_model(vocab_size=tok.vocab_size,
+                        block_size=max(640, PROMPT_LEN + max(lengths)))
     rows = []
-    t_start = time.perf_counter()
-    print(f"课程模型设计，随机权重，block_size={model.config.block_size}，"
-          f"提示 {PROMPT_LEN} 个词元，批大小 1，贪心，torch 线程数 {torch.get_num_threads()}；"
-          "int8 = 全部 Linear（含输出头）动态量化")
-    print(f"{'新词元':>6} | {'无缓存 tok/s':>12} | {'KV缓存 tok/s':>12} | {'加速':>6} | "
-          f"{'int8+缓存 tok/s':>15} | {'int8/fp32':>9}")
     for n in lengths:
-        kw = dict(n_tokens=n, prompt_len=PROMPT_LEN, repeats=repeats)
-        no_cache = decode_speed(model, use_cache=False, **kw)
-        cached = decode_speed(model, use_cache=True, **kw)
-        int8 = decode_speed(q8, use_cache=True, **kw)
-        row = {"new_tokens": n, "no_cache_tok_s": no_cache, "cache_tok_s": cached,
-               "cache_speedup": cached / no_cache, "int8_cache_tok_s": int8,
-               "int8_speedup": int8 / cached}
-        rows.append(row)
-        print(f"{n:>6} | {no_cache:>12.1f} | {cached:>12.1f} | {cached / no_cache:>5.1f}× | "
-              f"{int8:>15.1f} | {int8 / cached:>8.2f}×", flush=True)
-    return {"model": "course design, random weights, block_size "
-                     f"{model.config.block_size}, vocab {model.config.vocab_size}",
-            "prompt_len": PROMPT_LEN, "batch": 1, "repeats": repeats,
-            "int8": "all Linear layers incl. lm_head", "threads": torch.get_num_threads(),
-            "seconds": time.perf_counter() - t_start,
-            "rows": rows}
+        best = {}
+        for _ in range(repeats):
+            for use_cache in (False, True):
+                t = _timed(lambda c=use_cache, k=n: _n_tokens(
+                    tok, PROMPT, generate(model, tok, PROMPT, max_new_tokens=k, temperature=0,
+                                          use_cache=c), k))
+                if t[2] != n:
+                    raise RuntimeError(f"随机权重的模型提前写出了结束符（{t[2]} < {n}）")
+                old = best.get(use_cache)
+                best[use_cache] = t if old is None else (min(old[0], t[0]), min(old[1], t[1]), n)
+        (nw, nc, _), (cw, cc, _) = best[False], best[True]
+        rows.append({"new_tokens": n, "no_cache_tok_s": n / nw, "cache_tok_s": n / cw,
+                     "cache_speedup": nw / cw, "cpu_cache_speedup": nc / cc})
+        r = rows[-1]
+        print(f"{n:>6} | {r['no_cache_tok_s']:>12.1f} | {r['cache_tok_s']:>12.1f} | "
+              f"{r['cache_speedup']:>6.1f}× | {r['cpu_cache_speedup']:>9.1f}×", flush=True)
+    return rows
+
+
+def run(quick: bool = False, lengths: tuple[int, ...] | None = None, repeats: int | None = None,
+        threads: int | None = 1) -> dict:
+    """测量并打印三张表，返回可以写成 JSON 的字典。
+
+    quick=True：每个配置 1 轮、只测 32 和 64 个新词元。只给 ``lengths`` 时只测表 3（测试用）。
+    """
+    t_start = time.perf_counter()
+    old_threads = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    info = machine_info()
+    info["cpu_capability"] = torch.backends.cpu.get_cpu_capability()
+    print(f"机器：{info['cpu']}，{info['cores']} 核，PyTorch {info['torch']}"
+          f"（{info['torch_threads']} 线程，内核 {info['cpu_capability']}）；"
+          f"bf16 相关指令：{', '.join(info['bf16_flags']) or '无'}")
+    result: dict = {"machine": info, "quick": quick}
+    try:
+        if lengths is None:
+            from .. import checkpoint
+            model, tok, _ = checkpoint.load()
+            model.eval()
+            n_poems, rounds = (2, 1) if quick else (4, 3)
+            print(f"\n随课程发布的模型（{sum(p.numel() for p in model.parameters()):,} 个参数），"
+                  f"批大小 1，每个配置写 {n_poems} 首（种子 0…{n_poems - 1}，默认温度 1，"
+                  f"最多 100 个词元），{rounds} 轮取中位数")
+            result |= shipped_levers(model, tok, rounds, n_poems)
+            print_levers(result)
+        lengths = lengths or ((32, 64) if quick else LENGTHS)
+        repeats = repeats or (1 if quick else 2)
+        print(f"\n缓存 vs 整段重算：课程设计、随机权重、block_size ≥ 640，"
+              f"提示 {PROMPT_LEN} 个词元，批大小 1，贪心，每格取 {repeats} 次中最快的一次")
+        print(f"{'新词元':>6} | {'无缓存 tok/s':>12} | {'KV缓存 tok/s':>12} | {'加速':>7} | "
+              f"{'加速(CPU)':>9}")
+        result["rows"] = cache_table(lengths, repeats)
+        result["repeats"] = repeats
+    finally:
+        torch.set_num_threads(old_threads)
+    result["seconds"] = time.perf_counter() - t_start
+    return result
+
+
+def print_levers(r: dict) -> None:
+    print(f"{'配置':<40}{'tok/s':>9}{'相对默认':>9}{'CPU tok/s':>11}{'相对默认':>9}")
+    for row in r["levers"]:
+        print(f"{row['case']:<40}{row['tok_s']:>9,.0f}{row['vs_default']:>8.2f}×"
+              f"{row['cpu_tok_s']:>11,.0f}{row['cpu_vs_default']:>8.2f}×")
+    parts = "、".join(f"{b['case']} {b['tok_s']:,.0f} tok/s" for b in r["batch16"])
+    print(f"\n16 首：{parts}；"
+          f"一批写的吞吐是逐首写的 {r['batch16_speedup']:.2f} 倍（CPU 时间口径 "
+          f"{r['batch16_cpu_speedup']:.2f} 倍）")
+
+
+def _md(header: list[str], rows: list[list[str]]) -> list[str]:
+    """Markdown 表格的各行：第一列左对齐，其余右对齐。"""
+    return ["| " + " | ".join(header) + " |", "|---|" + "---:|" * (len(header) - 1)] + \
+        ["| " + " | ".join(r) + " |" for r in rows]
 
 
 def markdown_table(result: dict) -> str:
-    """把 run() 的结果写成 Markdown 表格（docs/benchmarks.md 的生成一节用）。"""
-    lines = ["| 新词元 | 无缓存 tok/s | KV 缓存 tok/s | 缓存加速 | int8 + 缓存 tok/s "
-             "| int8 / fp32 |",
-             "|---:|---:|---:|---:|---:|---:|"]
-    for r in result["rows"]:
-        lines.append(f"| {r['new_tokens']} | {r['no_cache_tok_s']:.1f} | {r['cache_tok_s']:.1f} | "
-                     f"{r['cache_speedup']:.1f}× | {r['int8_cache_tok_s']:.1f} | "
-                     f"{r['int8_speedup']:.2f}× |")
-    return "\n".join(lines)
+    """把表 3（缓存 vs 整段重算）写成 Markdown 表格（docs/benchmarks.md 的生成一节用）。"""
+    return "\n".join(_md(
+        ["新词元", "无缓存 tok/s", "KV 缓存 tok/s", "缓存加速（墙钟）", "缓存加速（CPU 时间）"],
+        [[str(r["new_tokens"]), f"{r['no_cache_tok_s']:.1f}", f"{r['cache_tok_s']:.1f}",
+          f"{r['cache_speedup']:.1f}×", f"{r['cpu_cache_speedup']:.1f}×"] for r in result["rows"]]))
+
+
+def markdown_levers(result: dict) -> str:
+    """表 1、表 2 写成 Markdown（docs/benchmarks.md 用）。"""
+    header = ["配置（随课程发布的模型，批大小 1）", "tok/s", "相对默认", "CPU tok/s", "相对默认"]
+    levers = _md(header,
+                 [[r["case"], f"{r['tok_s']:,.0f}", f"{r['vs_default']:.2f}×",
+                   f"{r['cpu_tok_s']:,.0f}", f"{r['cpu_vs_default']:.2f}×"]
+                  for r in result["levers"]])
+    batch = _md(["16 首", "tok/s", "CPU tok/s"],
+                [[b["case"], f"{b['tok_s']:,.0f}", f"{b['cpu_tok_s']:,.0f}"]
+                 for b in result["batch16"]])
+    return "\n".join(levers + [""] + batch)
 
 
 if __name__ == "__main__":
-    print(markdown_table(run()))
+    res = run()
+    print("\n" + markdown_levers(res) + "\n\n" + markdown_table(res))

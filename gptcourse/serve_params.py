@@ -1,0 +1,112 @@
+"""网页演示的请求参数：JSON 正文 → ``generate()`` 的关键字参数；回答的内容。
+
+这里只管"诗"的参数：类型、范围、长度、词表外的字，任何问题都是一个 :class:`ApiError`（400），
+带一句中文和一句英文。HTTP 本身（正文怎么读、谁可以访问）在 :mod:`gptcourse.serve` 和
+:mod:`gptcourse.serve_http`。
+"""
+from __future__ import annotations
+
+import json
+import math
+
+from .serve_http import ApiError
+from .verse import FORMS, analyze
+
+MAX_PROMPT = 64                 # 提示最多多少个字
+MAX_ACROSTIC = 8
+MAX_NEW_TOKENS = 200
+# 采样参数的范围。下限离 0 远一点：1e-300 这样的值虽然 > 0，却会让 logits 除出 inf、
+# 让 top-p 在 float32 里变成 0，最后抽样失败。温度另外允许正好 0（贪心）。
+RANGES = {"temperature": (0.01, 3.0), "top_p": (0.01, 1.0), "repetition_penalty": (0.1, 3.0)}
+DEFAULTS = dict(prompt="", max_new_tokens=None, temperature=0.8, top_k=None, top_p=0.9,
+                repetition_penalty=1.0, seed=None, form=None, acrostic=None, rhyme=False,
+                tones=False)
+
+
+def brief(v) -> str:
+    """错误信息里引用客户端的值：最多 40 个字符。"""
+    s = repr(v)
+    return s if len(s) <= 40 else s[:37] + "…"
+
+
+def _number(p: dict, key: str, lo, hi, integer: bool = False, zero_ok: bool = False):
+    v = p[key]
+    ok_type = isinstance(v, int) if integer else isinstance(v, (int, float))
+    if isinstance(v, bool) or not ok_type or (isinstance(v, float) and not math.isfinite(v)):
+        kind = "整数" if integer else "数"
+        raise ApiError(400, f"{key} 必须是{kind}，收到 {brief(v)}",
+                       f"{key} must be {'an integer' if integer else 'a number'}")
+    if not (lo <= v <= hi or (zero_ok and v == 0)):
+        rng = f"[{lo}, {hi}]"
+        raise ApiError(400, f"{key} 必须在 {rng} 之内{'（或正好是 0）' if zero_ok else ''}，"
+                            f"收到 {brief(v)}", f"{key} must be in {rng}, got {brief(v)}")
+    return v
+
+
+def _text(p: dict, key: str, cap: int, tok) -> None:
+    v = p[key]
+    if not isinstance(v, str):
+        raise ApiError(400, f"{key} 必须是字符串", f"{key} must be a string")
+    if len(v) > cap:
+        raise ApiError(400, f"{key} 太长：{len(v)} 个字，最多 {cap} 个",
+                       f"{key} too long: {len(v)} > {cap} characters")
+    missing = tok.unknown_chars(v) if hasattr(tok, "unknown_chars") else []
+    if missing:
+        raise ApiError(400, f"{key} 里有词表之外的字：{'、'.join(map(repr, missing[:10]))}",
+                       f"{key} contains characters outside the vocabulary")
+
+
+def parse_params(body: bytes, tok) -> dict:
+    """请求正文 → generate() 的关键字参数；任何问题都抛出 :class:`ApiError`（400）。"""
+    try:
+        d = json.loads(body.decode("utf-8") or "{}")
+    except UnicodeDecodeError:
+        raise ApiError(400, "请求正文不是合法的 UTF-8 JSON", "request body is not valid JSON") \
+            from None
+    except json.JSONDecodeError as e:
+        raise ApiError(400, f"请求正文不是合法的 JSON（第 {e.lineno} 行第 {e.colno} 列：{e.msg}）",
+                       "request body is not valid JSON") from None
+    except (ValueError, RecursionError):            # 超长的数字、嵌套太深
+        raise ApiError(400, "请求正文不是合法的 JSON（数字太长或嵌套太深）",
+                       "request body is not valid JSON") from None
+    if not isinstance(d, dict):
+        raise ApiError(400, "请求正文必须是一个 JSON 对象", "request body must be a JSON object")
+    unknown = sorted(set(d) - set(DEFAULTS))
+    if unknown:
+        names = ", ".join(brief(k)[1:-1] for k in unknown[:10])
+        raise ApiError(400, f"未知参数：{names}", f"unknown fields: {names}")
+    p = {**DEFAULTS, **{k: v for k, v in d.items() if v is not None}}
+    _text(p, "prompt", MAX_PROMPT, tok)
+    if p["acrostic"] is not None:
+        _text(p, "acrostic", MAX_ACROSTIC, tok)
+    p["acrostic"] = p["acrostic"] or None
+    if p["form"] is not None and (not isinstance(p["form"], str)
+                                  or p["form"] not in (*FORMS, "", "不限")):
+        raise ApiError(400, f"form 只能是 {'、'.join(FORMS)} 之一，收到 {brief(p['form'])}",
+                       f"form must be one of {list(FORMS)}")
+    p["form"] = p["form"] if p["form"] in FORMS else None
+    _number(p, "temperature", *RANGES["temperature"], zero_ok=True)
+    _number(p, "top_p", *RANGES["top_p"])
+    _number(p, "repetition_penalty", *RANGES["repetition_penalty"])
+    if p["top_k"] is not None:
+        _number(p, "top_k", 0, tok.vocab_size, integer=True)
+        p["top_k"] = p["top_k"] or None                     # 0 = 不限
+    if p["max_new_tokens"] is not None:
+        _number(p, "max_new_tokens", 1, MAX_NEW_TOKENS, integer=True)
+    if p["seed"] is not None:
+        _number(p, "seed", 0, 2**31 - 1, integer=True)
+    for key in ("rhyme", "tones"):                  # 押韵 / 平仄约束（需要诗体或藏头）
+        if not isinstance(p[key], bool):
+            raise ApiError(400, f"{key} 必须是 true 或 false，收到 {brief(p[key])}",
+                           f"{key} must be a boolean")
+    return p
+
+
+def result(p: dict, text: str, seconds: float) -> dict:
+    """一首诗的结果（/api/generate 的回答，也是 /api/stream 最后一行的内容）。
+
+    ``analysis`` 是 :func:`gptcourse.verse.analyze` 的报告：每个字的平仄 ``tones``（与 text 等长，
+    平/仄/中/None）、韵脚在 text 里的下标 ``rhyme_positions``、韵部、平仄规则与合格率。
+    """
+    return {"text": text, "prompt": p["prompt"], "new_chars": len(text) - len(p["prompt"]),
+            "seconds": round(seconds, 3), "analysis": analyze(text).to_dict()}
