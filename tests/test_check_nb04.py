@@ -12,9 +12,17 @@ from gptcourse.acceptance import distinct_n, poem_form
 from gptcourse.check import nb04
 
 
-@pytest.mark.parametrize("name", nb04.EXERCISES_04)
+GUESSES = {"guess_ledger": nb04.GUESS_LEDGER, "guess_zigzag": nb04.GUESS_ZIGZAG,
+           "guess_shuffled_tones": nb04.GUESS_SHUFFLED_TONES}
+
+
+def _answer(name):
+    return GUESSES[name] if name in GUESSES else nb04.SOLUTIONS[name]
+
+
+@pytest.mark.parametrize("name", nb04.EXERCISES)
 def test_reference_solutions_pass(name, capsys):
-    assert getattr(gc.check, name)(nb04.SOLUTIONS[name]) is True
+    assert getattr(gc.check.nb04, name)(_answer(name)) is True
     assert "正确 ✓" in capsys.readouterr().out
 
 
@@ -29,12 +37,44 @@ def _prefix_leak_test(model):                      # 只比较最后一个位置
     return not torch.allclose(a[:, -1], model(idx)[0][:, -1])
 
 
+@torch.no_grad()
+def _first_position_only(model):                   # 只看第 0 个位置：后半段才泄漏的模型漏掉了
+    model.eval()
+    idx = torch.randint(model.config.vocab_size, (1, model.config.block_size))
+    changed = idx.clone()
+    changed[0, 1:] = (changed[0, 1:] + 1) % model.config.vocab_size
+    return not torch.allclose(model(idx)[0][:, 0], model(changed)[0][:, 0], atol=1e-5)
+
+
+@torch.no_grad()
+def _no_eval(model):                               # 忘了 eval()：dropout 让正确的模型也"泄漏"
+    T, V = model.config.block_size, model.config.vocab_size
+    idx = torch.randint(V, (1, T))
+    changed = idx.clone()
+    changed[0, T // 2:] = (changed[0, T // 2:] + 1) % V
+    return not torch.allclose(model(idx)[0][:, :T // 2], model(changed)[0][:, :T // 2], atol=1e-5)
+
+
+def test_leak_test_that_inspects_only_position_0_fails(capsys):
+    assert gc.check.nb04.future_leak_test(_first_position_only) is False
+    assert "后半段" in capsys.readouterr().out
+
+
+def test_leak_test_without_eval_fails_on_the_dropout_model(capsys):
+    assert gc.check.nb04.future_leak_test(_no_eval) is False
+    assert "model.eval()" in capsys.readouterr().out
+
+
 WRONG = {
     "bits_from_loss": lambda loss: loss / math.log(10),
     "perplexity_from_loss": lambda loss: 2 ** loss,
     "form_checker": lambda p: "五绝" if len(p.removesuffix("\n")) == 24 else None,
     "future_leak_test": _prefix_leak_test,
     "fix_attention": _no_slash_attention,
+    "guess_ledger": "B",
+    "guess_zigzag": "B",
+    "guess_shuffled_tones": "A",
+    "rhyme_check": lambda poem: True,
     "distinct_ngrams": lambda poems, n: len({p[i:i + n] for p in poems
                                             for i in range(len(p) - n + 1)})
     / max(1, sum(len(p) - n + 1 for p in poems)),      # 跨了标点
@@ -43,12 +83,12 @@ WRONG = {
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_wrong_answers_fail(name, capsys):
-    assert getattr(gc.check, name)(WRONG[name]) is False
+    assert getattr(gc.check.nb04, name)(WRONG[name]) is False
     assert "还不对 ✗" in capsys.readouterr().out
 
 
 def test_every_exercise_has_a_wrong_answer_test():
-    assert set(WRONG) == set(nb04.EXERCISES_04)
+    assert set(WRONG) == set(nb04.EXERCISES)
 
 
 def test_buggy_attention_really_is_buggy():
@@ -67,7 +107,7 @@ def test_solutions_agree_with_the_package():
 
 
 def test_checkers_report_exceptions_and_non_callables(capsys):
-    assert gc.check.bits_from_loss(None) is False
+    assert gc.check.bits_from_loss(42) is False
     assert "需要传入一个函数" in capsys.readouterr().out
 
     def boom(p):
@@ -80,3 +120,41 @@ def test_checkers_report_exceptions_and_non_callables(capsys):
 def test_show_solution(capsys):
     gc.check.show_solution("fix_attention")
     assert "def solution_fix_attention" in capsys.readouterr().out
+
+
+def _rhymes_with(all_ends=False, ze=False, first_pair=False):
+    """押韵检查的典型错误：连单数句一起查 / 仄声韵部也算 / 只比较第 2、4 句。"""
+    from gptcourse.verse import ping_groups, rhyme_groups, split_lines
+
+    def fn(poem):
+        lines, marks = split_lines(poem.removesuffix("\n"))
+        ends = [x[-1] for x, m in zip(lines, marks) if x and m]
+        ends = ends if all_ends else ends[1::2]
+        ends = ends[:2] if first_pair else ends
+        if not ends:
+            return False
+        groups = rhyme_groups if ze else ping_groups
+        shared = set(groups(ends[0]))
+        for c in ends[1:]:
+            shared &= set(groups(c))
+        return bool(shared)
+    return fn
+
+
+@pytest.mark.parametrize("wrong, needle", [
+    (dict(all_ends=True), "单数句"),
+    (dict(ze=True), "平声"),
+    (dict(first_pair=True), "第 2、4、6、8 句"),
+])
+def test_rhyme_check_typical_mistakes(capsys, wrong, needle):
+    assert gc.check.nb04.rhyme_check(_rhymes_with(**wrong)) is False
+    out = capsys.readouterr().out
+    assert "还不对" in out and needle in out, out
+
+
+def test_rhyme_solution_equals_the_package_on_real_and_shuffled_poems():
+    from gptcourse.verse import check_rhyme, shuffle_chars
+    val = gc.data.poems(gc.data.load_corpus("tang_jinti").val)[:500]
+    for group in (val, shuffle_chars(val, seed=3)):
+        want = [check_rhyme(p).rhymes for p in group]
+        assert [nb04.solution_rhyme_check(p) for p in group] == want

@@ -10,7 +10,10 @@ import gptcourse as gc
 from gptcourse.check import nb05
 
 
-@pytest.mark.parametrize("name", nb05.NB05_EXERCISES)
+GUESSES = {"guess_frequency": nb05.GUESS_FREQUENCY, "guess_offset": nb05.GUESS_OFFSET}
+
+
+@pytest.mark.parametrize("name", [n for n in nb05.EXERCISES if n not in GUESSES])
 def test_solutions_pass_and_are_registered(passes, capsys, name):
     assert passes(getattr(gc.check, name), gc.check.SOLUTIONS[name])[0]
     gc.check.show_solution(name)
@@ -49,25 +52,179 @@ def test_temperature_without_error_for_negative_tau_fails(passes, capsys):
     assert not ok and "ValueError" in out
 
 
-def test_cached_attention_without_scaling_fails(passes, capsys):
-    def unscaled(q, k_new, v_new, k_cache, v_cache):
-        k, v = torch.cat([k_cache, k_new], 2), torch.cat([v_cache, v_new], 2)
-        return (q @ k.transpose(-2, -1)).softmax(-1) @ v, k, v
-
-    ok, out = passes(gc.check.cached_attention_step, unscaled)
-    assert not ok and "√D" in out
-
-
-def test_greedy_without_crop_fails_and_kv_bytes_hint(passes, capsys):
-    def no_crop(model, ids, n):
-        ids = list(ids)
-        for _ in range(n):
-            ids.append(int(model(torch.tensor([ids]))[0][0, -1].argmax()))
-        return ids[-n:]
-
-    ok, out = passes(gc.check.greedy_decode, no_crop)
-    assert not ok and "block_size" in out
+def test_kv_bytes_hint_and_values(passes, capsys):
     ok, out = passes(gc.check.kv_cache_bytes, lambda L, B, T, C, b: L * B * T * C * b)
     assert not ok and "乘 2" in out
     assert nb05.solution_kv_cache_bytes(12, 1, 1024, 768) == 75_497_472 == 72 * 2**20
     assert math.isclose(nb05.solution_kv_cache_bytes(4, 1, 128, 256) / 2**20, 1.0)
+
+
+def test_top_p_without_the_p_equals_one_rule_fails_on_every_cpu(passes, capsys):
+    def no_rule(logits, p):                     # 正确的公式，但没有"p ≥ 1 不过滤"
+        s, order = torch.sort(logits, descending=True, stable=True)
+        probs = s.softmax(-1)
+        remove = torch.zeros_like(logits, dtype=torch.bool)
+        remove[order] = torch.cumsum(probs, -1) - probs >= p
+        return logits.masked_fill(remove, float("-inf"))
+
+    ok, out = passes(gc.check.top_p, no_rule)
+    assert not ok and "p ≥ 1" in out
+
+
+def test_top_p_check_ignores_ties_at_the_boundary(passes, capsys):
+    # 用 float64 算累计和的正确写法：与参考答案只在离边界 < 1e-6 的词元上可能不同，必须通过
+    def in_float64(logits, p):
+        if p >= 1:
+            return logits
+        s, order = torch.sort(logits.double(), descending=True, stable=True)
+        probs = s.softmax(-1)
+        remove = torch.zeros_like(logits, dtype=torch.bool)
+        remove[order] = torch.cumsum(probs, -1) - probs >= p
+        return logits.masked_fill(remove, float("-inf"))
+
+    assert passes(gc.check.top_p, in_float64)[0]
+
+
+
+@pytest.mark.parametrize("name", sorted(GUESSES))
+def test_guesses_accept_only_the_right_letter(passes, capsys, name):
+    checker = getattr(gc.check.nb05, name)
+    assert passes(checker, GUESSES[name])[0]
+    assert passes(checker, GUESSES[name].lower())[0]
+    wrong = next(c for c in "ABCD" if c != GUESSES[name])
+    ok, out = passes(checker, wrong)
+    assert not ok and "还不对" in out
+    ok, out = passes(checker, "E")
+    assert not ok and "请填" in out
+    ok, out = passes(checker, None)
+    assert not ok and "还没完成" in out
+
+
+def _loop(crop=True, stop=True, ban_unk=True, with_prompt=True):
+    """decode_loop 的一组典型错误（参数为 False 时把那一步漏掉）。"""
+    @torch.no_grad()
+    def fn(model, tok, prompt="", max_new_tokens=60, temperature=0.0, seed=None):
+        bs = model.config.block_size
+        ids = [tok.eos_id] + tok.encode(prompt)
+        g = torch.Generator().manual_seed(seed) if seed is not None else None
+        n0 = len(ids)
+        for _ in range(max_new_tokens):
+            logits = model(torch.tensor([ids[-bs:] if crop else ids]))[0][0, -1]
+            if ban_unk:
+                logits[tok.unk_id] = float("-inf")
+            if temperature == 0:
+                nxt = int(logits.argmax())
+            else:
+                probs = torch.softmax(logits / temperature, -1)
+                nxt = int(torch.multinomial(probs, 1, generator=g))
+            if nxt == tok.eos_id and stop:
+                break
+            ids.append(nxt)
+        return tok.decode(ids[1:] if with_prompt else ids[n0:])
+    return fn
+
+
+@pytest.mark.parametrize("wrong, needle", [
+    (dict(crop=False), "block_size"),
+    (dict(stop=False), "结束符"),
+    (dict(with_prompt=False), "提示"),
+])
+def test_decode_loop_typical_mistakes(passes, capsys, wrong, needle):
+    ok, out = passes(gc.check.nb05.decode_loop, _loop(**wrong))
+    assert not ok and needle in out, out
+
+
+def test_decode_loop_reference_equals_the_package_loop(passes, capsys):
+    assert passes(gc.check.nb05.decode_loop, _loop())[0]
+
+
+def test_inverse_cdf_mistakes(passes, capsys):
+    def strict(probs, u):                          # < 而不是 ≤：u 落在端点上时选中了概率为 0 的字
+        return (torch.cumsum(probs, -1)[None, :] < u[:, None]).sum(-1)
+
+    ok, out = passes(gc.check.nb05.inverse_cdf, strict)
+    assert not ok and "≤ 而不是 <" in out
+    def always_top(probs, u):
+        return probs.argmax().repeat(len(u))
+
+    ok, out = passes(gc.check.nb05.inverse_cdf, always_top)
+    assert not ok and "应选第" in out
+    torch.manual_seed(0)
+    u = torch.rand(20000)
+    probs = torch.tensor([0.5, 0.3, 0.2])
+    freq = torch.bincount(nb05.solution_inverse_cdf(probs, u), minlength=3) / len(u)
+    assert torch.allclose(freq, probs, atol=0.02)
+
+
+def _rope_step(offset=True, rotate_v=False, rotate_k=True):
+    from gptcourse.rope import apply_rope
+
+    def fn(q, k, v, k_cache, v_cache, cos, sin, start):
+        pos = start if offset else 0
+        c, s = cos[pos:pos + 1], sin[pos:pos + 1]
+        q = apply_rope(q, c, s)
+        if rotate_k:
+            k = apply_rope(k, c, s)
+        if rotate_v:
+            v = apply_rope(v, c, s)
+        k_all, v_all = torch.cat([k_cache, k], 2), torch.cat([v_cache, v], 2)
+        att = q @ k_all.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        return att.softmax(-1) @ v_all, k_all, v_all
+    return fn
+
+
+@pytest.mark.parametrize("wrong, needle", [
+    (dict(offset=False), "start"),
+    (dict(rotate_v=True), "V 不做旋转"),
+    (dict(rotate_k=False), "没有按真实位置旋转"),
+])
+def test_rope_cached_step_mistakes(passes, capsys, wrong, needle):
+    ok, out = passes(gc.check.nb05.rope_cached_step, _rope_step(**wrong))
+    assert not ok and needle in out, out
+
+
+def test_quantize_rows_mistakes(passes, capsys):
+    def per_tensor(w):
+        scale = w.abs().max() / 127
+        return torch.round(w / scale).clamp(-127, 127).to(torch.int8), scale
+
+    def truncating(w):
+        scale = w.abs().amax(1, keepdim=True).clamp_min(1e-12) / 127
+        return (w / scale).to(torch.int8), scale
+
+    def by_128_no_clamp(w):                        # 除以 128 又不 clamp：128 溢出成 −128
+        scale = w.abs().amax(1, keepdim=True).clamp_min(1e-12) / 128
+        return torch.round(w / scale).to(torch.int8), scale
+
+    for fn, needle in ((per_tensor, "每张量一个"), (truncating, "四舍五入"),
+                       (by_128_no_clamp, "clamp")):
+        ok, out = passes(gc.check.nb05.quantize_rows, fn)
+        assert not ok and needle in out, (fn.__name__, out)
+
+
+
+def _fenming(**wrong):
+    """二四六分明的典型错误（看错位置 / "中"当平声 / "相反"写成"相同"），用检查器里的同一份写法。"""
+    return lambda line: nb05._fenming_variant(line, **wrong)
+
+
+@pytest.mark.parametrize("wrong, needle", [
+    (dict(pos=(0, 2, 4)), "一三五不论"),
+    (dict(both_as_ping=True), "中"),
+    (dict(same=True), "相反"),
+])
+def test_fenming_typical_mistakes(passes, capsys, wrong, needle):
+    ok, out = passes(gc.check.nb05.fenming, _fenming(**wrong))
+    assert not ok and needle in out, out
+
+
+def test_fenming_solution_equals_the_package():
+    from gptcourse.verse import check_tones, poem_form, shuffle_chars, split_lines
+    real = [p for p in gc.data.poems(gc.data.load_corpus("tang_jinti").val) if poem_form(p)][:300]
+    for poem in real + shuffle_chars(real, seed=5):
+        rules = check_tones(poem)
+        for i, line in enumerate(split_lines(poem)[0]):
+            got = nb05.solution_fenming(line)
+            pos = (1, 3) if len(line) == 5 else (1, 3, 5)
+            assert got == [rules[f"第{i + 1}句第{a + 1}、{b + 1}字分明"]
+                           for a, b in zip(pos, pos[1:])]

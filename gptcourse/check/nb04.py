@@ -10,13 +10,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from .nb01 import SOLUTIONS, _call, _fail, _ok  # 各笔记本共用的参考答案登记表
+from ._common import SOLUTIONS, _call, _fail, _ok, exercise, results  # noqa: F401
 
-__all__ = ["bits_from_loss", "perplexity_from_loss", "form_checker", "future_leak_test",
+__all__ = ["bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
+           "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
            "buggy_attention", "fix_attention", "distinct_ngrams"]
 
-EXERCISES_04 = ("bits_from_loss", "perplexity_from_loss", "form_checker", "future_leak_test",
-                "fix_attention", "distinct_ngrams")
+EXERCISES = ("bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
+             "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
+             "fix_attention", "distinct_ngrams")
 
 
 # ---------------------------------------------------------------- 练习里要找错的函数
@@ -66,16 +68,22 @@ def solution_form_checker(poem: str):
 
 @torch.no_grad()
 def solution_future_leak_test(model) -> bool:
-    """改动第 t 个位置之后的字：若第 0…t 个位置的 logits 有任何变化，就说明模型偷看了未来。"""
+    """对每个 t：改掉第 t 个位置之后的所有字，第 0…t 个位置的 logits 有任何变化就是偷看了未来。
+
+    先 ``model.eval()``（dropout 会让两次前向本来就不同）；每个 t 都要试——
+    泄漏可能只发生在后面的位置。
+    """
     model.eval()
     T, V = model.config.block_size, model.config.vocab_size
-    t = T // 2
-    idx = torch.randint(V, (1, T))
-    changed = idx.clone()
-    changed[0, t + 1:] = (changed[0, t + 1:] + 1) % V     # 后面的字全部换掉
+    idx = torch.randint(V, (1, T), generator=torch.Generator().manual_seed(0))
     a, _ = model(idx)
-    b, _ = model(changed)
-    return not torch.allclose(a[:, :t + 1], b[:, :t + 1], atol=1e-6)
+    for t in range(T - 1):
+        changed = idx.clone()
+        changed[0, t + 1:] = (changed[0, t + 1:] + 1) % V     # 第 t 个位置之后的字全部换掉
+        b, _ = model(changed)
+        if not torch.allclose(a[:, :t + 1], b[:, :t + 1], atol=1e-5):
+            return True
+    return False
 
 
 def solution_fix_attention(q, k, v):
@@ -102,7 +110,25 @@ def solution_distinct_ngrams(poems: list[str], n: int) -> float:
     return len(set(grams)) / len(grams) if grams else 0.0
 
 
+def solution_rhyme_check(poem: str) -> bool:
+    """押韵：双数句（第 2、4…句）的末字同属一个**平声**韵部；首句、单数句不管。
+
+    一个字可能在几个平声韵部里（多音字），所以取全部韵脚的平声韵部的**交集**，非空就押韵。
+    """
+    from ..verse import ping_groups, split_lines
+
+    lines, marks = split_lines(poem.removesuffix("\n"))
+    ends = [line[-1] for line, mark in zip(lines, marks) if line and mark][1::2]   # 双数句的末字
+    if not ends:
+        return False
+    shared = set(ping_groups(ends[0]))
+    for ch in ends[1:]:
+        shared &= set(ping_groups(ch))
+    return bool(shared)
+
+
 SOLUTIONS.update({
+    "rhyme_check": solution_rhyme_check,
     "bits_from_loss": solution_bits_from_loss,
     "perplexity_from_loss": solution_perplexity_from_loss,
     "form_checker": solution_form_checker,
@@ -112,7 +138,41 @@ SOLUTIONS.update({
 })
 
 
+GUESS_LEDGER = "A"     # 不重叠的窗口：每个窗口开头的字几乎没有上文 → 损失更高
+GUESS_SHUFFLED_TONES = "C"   # 字序打乱：每条规则近似掷硬币，成立的比例在一半左右
+GUESS_ZIGZAG = "A"     # 第 1、3、5 字开启一个词（二字词 + 一字），第 2、4 字多半是词的后半
+
+
 # ---------------------------------------------------------------- 检查器
+def _letter(guess, right: str, hint: str, choices: str = "ABCD") -> bool:
+    """先猜一猜：答案是一个字母。"""
+    if not isinstance(guess, str) or not guess.strip() or guess.strip().upper() not in choices:
+        return _fail(f"请填 {'、'.join(repr(c) for c in choices)} 中的一个，收到 {guess!r}")
+    return _ok() if guess.strip().upper() == right else _fail(hint)
+
+
+@exercise
+def guess_ledger(guess) -> bool:
+    """先猜一猜：不重叠窗口的验证损失比 split_loss（步长 T/2）高、低还是一样？"""
+    return _letter(guess, GUESS_LEDGER, "不重叠的窗口里，每个窗口开头的几个字几乎看不到上文；"
+                   "split_loss 让每个字至少看到 T/2 个字的上文。上文越少，越难猜", "ABC")
+
+
+@exercise
+def guess_shuffled_tones(guess) -> bool:
+    """先猜一猜：把真诗每首的字打乱（标点不动），平仄规则成立的比例大约是多少？"""
+    return _letter(guess, GUESS_SHUFFLED_TONES, "打乱之后，第 2、4 字各自是平还是仄几乎互不相关："
+                   "每条“相反”或“相同”的规则就像掷一枚硬币")
+
+
+@exercise
+def guess_zigzag(guess) -> bool:
+    """先猜一猜：五言句里，第 1、3、5 字和第 2、4 字哪一组更难猜？"""
+    return _letter(guess, GUESS_ZIGZAG, "五言句的节奏多是 二 + 二 + 一（或 二 + 一 + 二）："
+                   "一个二字词的第二个字常常由第一个字决定（明→月、春→风），"
+                   "开启一个新词的字才难猜", "ABC")
+
+
 def _numbers(fn, ref, cases, name) -> bool:
     for x in cases:
         got, err = _call(fn, x)
@@ -128,12 +188,14 @@ def _numbers(fn, ref, cases, name) -> bool:
     return _ok()
 
 
+@exercise
 def bits_from_loss(fn) -> bool:
     """练习：``fn(loss_nats) -> 每字比特数``。"""
     return _numbers(fn, solution_bits_from_loss, [math.log(2), math.log(8), 0.0, 4.5, 8.77],
                     "bits_from_loss")
 
 
+@exercise
 def perplexity_from_loss(fn) -> bool:
     """练习：``fn(loss_nats) -> 困惑度``。"""
     return _numbers(fn, solution_perplexity_from_loss, [0.0, math.log(100), 1.0, 4.5],
@@ -161,6 +223,7 @@ FORM_CASES = [
 ]
 
 
+@exercise
 def form_checker(fn) -> bool:
     """练习：``fn(poem) -> "五绝" / "五律" / "七绝" / "七律" / None``。"""
     for poem in FORM_CASES:
@@ -173,17 +236,32 @@ def form_checker(fn) -> bool:
     return _ok()
 
 
+def attention_late_leak(q, k, v):
+    """[B, H, T, D] → [B, H, T, D]：掩码只管住了前 8 个位置，第 8 个位置起能看见后面所有的字。"""
+    T, D = q.shape[-2], q.shape[-1]
+    att = q @ k.transpose(-2, -1) / math.sqrt(D)
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
+    mask[8:] = True                                        # bug：后面的行什么都能看
+    att = att.masked_fill(~mask, float("-inf"))
+    return F.softmax(att, dim=-1) @ v
+
+
 def _leak_models():
     from ..mistakes import (attention_core, attention_no_mask, attention_softmax_wrong_dim,
                             gallery_model, merge_heads_no_transpose, tiny_config)
     torch.manual_seed(0)
     cfg = tiny_config(40, block_size=16)
+    dropout = tiny_config(40, block_size=16, dropout=0.2, attn_dropout=0.2, resid_dropout=0.2)
     return [("正确的 GPT", False, gallery_model(cfg, core=attention_core)),
+            ("训练模式下带 dropout 的正确 GPT", False, gallery_model(dropout).train()),
             ("没有因果掩码的 GPT", True, gallery_model(cfg, core=attention_no_mask)),
             ("softmax 维度错了的 GPT", True, gallery_model(cfg, core=attention_softmax_wrong_dim)),
-            ("合并多头没转置的 GPT", True, gallery_model(cfg, merge=merge_heads_no_transpose))]
+            ("合并多头没转置的 GPT", True, gallery_model(cfg, merge=merge_heads_no_transpose)),
+            ("只有后半段泄漏的 GPT（第 8 个位置起）", True,
+             gallery_model(cfg, core=attention_late_leak))]
 
 
+@exercise
 def future_leak_test(fn) -> bool:
     """练习：``fn(model) -> bool``，模型偷看了未来（某位置的输出受后面的字影响）时返回 True。"""
     for name, leaks, model in _leak_models():
@@ -191,11 +269,20 @@ def future_leak_test(fn) -> bool:
         if err:
             return _fail(f"在{name}上 {err}")
         if bool(got) != leaks:
+            if "dropout" in name:
+                hint = "：训练模式下 dropout 每次前向都不一样，先 model.eval() 再比较"
+            elif "后半段" in name:
+                hint = ("：只检查了开头几个位置吗？泄漏可能只发生在后面的位置——"
+                        "改掉第 t 个位置之后的字，要比较第 0…t 个位置的全部输出，"
+                        "而且每个 t 都要试")
+            else:
+                hint = ""
             return _fail(f"{name}：你的测试说 {'有' if got else '没有'}泄漏，实际上"
-                         f"{'有' if leaks else '没有'}")
+                         f"{'有' if leaks else '没有'}{hint}")
     return _ok()
 
 
+@exercise
 def fix_attention(fn) -> bool:
     """练习：找出 ``buggy_attention`` 的 bug，写出修好的 ``fn(q, k, v)``。"""
     g = torch.Generator().manual_seed(4)
@@ -215,6 +302,7 @@ def fix_attention(fn) -> bool:
     return _ok()
 
 
+@exercise
 def distinct_ngrams(fn) -> bool:
     """练习：``fn(poems, n) -> distinct-n``（n 字组只在一句之内取）。"""
     poems = ["春风春风，春风春风。", FORM_CASES[0], FORM_CASES[1], "白日依山尽，黄河入海流。"]
@@ -225,4 +313,70 @@ def distinct_ngrams(fn) -> bool:
         want = solution_distinct_ngrams(*args)
         if got is None or not math.isclose(float(got), want, abs_tol=1e-9):
             return _fail(f"distinct_ngrams{args!r} 得到 {got!r}，应为 {want:.6g}")
+    return _ok()
+
+
+EXERCISES_04 = EXERCISES          # 旧名字（笔记本里用过）
+
+
+def _rhyme_cases() -> dict[str, list[str]]:
+    """押韵检查器的考题：真诗、韵脚互换的对照、以及几类专门的反例。"""
+    from ..data import load_corpus, poems
+    from ..verse import check_rhyme, group_chars, ping_groups, poem_form, swap_rhymes, tone
+
+    real = [p for p in poems(load_corpus("tang_jinti").val) if poem_form(p)][:300]
+    cases = {"真诗": real, "韵脚互换的对照组": swap_rhymes(real, seed=1)}
+    lv = [p for p in real if poem_form(p) in ("五律", "七律") and check_rhyme(p).rhymes][:40]
+    other = [c for c in group_chars("下平一先") if tone(c) == "平" and len(ping_groups(c)) == 1]
+    broken = []
+    for p in lv:                                   # 只把第 8 句的韵脚换成别的平声韵部的字
+        g = check_rhyme(p).group
+        c = next(c for c in other if g not in ping_groups(c)) if g != "下平一先" else "东"
+        broken.append(p[:-2] + c + p[-1])
+    cases["律诗第 8 句换了韵"] = broken
+    ze = [c for c in "去夜月雪落日鸟树" if tone(c) == "仄"]          # 只有仄声的字
+    ze_rhyme = [p[:p.index("。") - 1] + ze[0] + p[p.index("。"):] for p in real[:40]]
+    cases["仄声字做韵脚"] = [p for p in ze_rhyme if not check_rhyme(p).rhymes]
+    return cases
+
+
+def _rhyme_hint(poem: str, got: bool) -> str:
+    """从这首诗本身看出最可能的错误。"""
+    from ..verse import ping_groups, rhyme_groups, split_lines
+
+    lines, marks = split_lines(poem.removesuffix("\n"))
+    ends = [x[-1] for x, m in zip(lines, marks) if x and m]
+    even = ends[1::2]
+
+    def share(chars, groups):
+        return bool(chars) and bool(set.intersection(*(set(groups(c)) for c in chars)))
+    if not got:
+        return ("单数句（第 1、3、5、7 句）的末字不用押韵，只看第 2、4、6、8 句；"
+                "多音字只要有一个共同的平声韵部就算")
+    if share(even, rhyme_groups) and not share(even, ping_groups):
+        return "近体诗押平声韵：只看 gc.verse.ping_groups（平声韵部），仄声韵部不算"
+    if share(even[:2], ping_groups):
+        return "每个韵脚都要检查：律诗有 4 个韵脚（第 2、4、6、8 句的末字），要同属一个平声韵部"
+    return "韵脚的平声韵部要取交集：每个韵脚都在同一个韵部里才算"
+
+
+@exercise
+def rhyme_check(fn) -> bool:
+    """练习：``fn(poem) -> bool``，与 ``gc.verse.check_rhyme(poem).rhymes`` 一致
+    （真诗、韵脚互换的对照组和几类反例）。"""
+    from ..verse import check_rhyme
+
+    for name, group in _rhyme_cases().items():
+        for poem in group:
+            got, err = _call(fn, poem)
+            if err:
+                return _fail(f"rhyme_check({poem!r}) {err}")
+            want = check_rhyme(poem).rhymes
+            if bool(got) == want and isinstance(got, bool):
+                continue
+            if not isinstance(got, bool):
+                return _fail(f"rhyme_check({poem!r}) 应返回 True 或 False，收到 {got!r}")
+            hint = _rhyme_hint(poem, bool(got))
+            return _fail(f"{name}里的这首：{poem}\n  你的结果 {got}，应为 {want}"
+                         + (f"。{hint}" if hint else ""))
     return _ok()

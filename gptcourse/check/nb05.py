@@ -12,13 +12,16 @@ import torch
 
 from ..config import preset
 from ..model import GPT
-from .nb01 import SOLUTIONS, _call, _fail, _ok  # 共用的答案登记表与提示工具
+from ..rope import apply_rope, rope_angles
+from ._common import SOLUTIONS, _call, _fail, _ok, exercise, results  # noqa: F401
 
-__all__ = ["temperature_softmax", "top_p", "repetition_penalty", "cached_attention_step",
-           "greedy_decode", "kv_cache_bytes"]
+__all__ = ["decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
+           "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
+           "quantize_rows", "fenming"]
 
-NB05_EXERCISES = ("temperature_softmax", "top_p", "repetition_penalty", "cached_attention_step",
-                  "greedy_decode", "kv_cache_bytes")
+EXERCISES = ("decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
+             "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
+             "quantize_rows", "fenming")
 
 
 
@@ -33,11 +36,15 @@ def solution_temperature_softmax(logits: torch.Tensor, tau: float) -> torch.Tens
 
 
 def solution_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """核采样过滤：去掉"排在它前面的概率之和已经 ≥ p"的词元（设为 −∞），logits [V]。"""
-    sorted_logits, order = torch.sort(logits, descending=True)
+    """核采样过滤：去掉"排在它前面的概率之和已经 ≥ p"的词元（设为 −∞），logits [V]。
+
+    p ≥ 1 表示不过滤：float32 的累计和可能在尾部提前到 1.0，不能靠公式自己得出"全留"。
+    """
+    if p >= 1:
+        return logits
+    sorted_logits, order = torch.sort(logits, descending=True, stable=True)
     probs = torch.softmax(sorted_logits, dim=-1)
     before = torch.cumsum(probs, dim=-1) - probs            # 排在前面的累计概率
-    before[0] = 0.0
     remove = torch.zeros_like(logits, dtype=torch.bool)
     remove[order] = before >= p
     return logits.masked_fill(remove, float("-inf"))
@@ -52,41 +59,97 @@ def solution_repetition_penalty(logits: torch.Tensor, ids: list[int], penalty: f
     return out
 
 
-def solution_cached_attention_step(q, k_new, v_new, k_cache, v_cache):
-    """一个新位置的注意力。q/k_new/v_new [B, H, 1, D]，缓存 [B, H, S, D]。
-
-    返回 (y [B, H, 1, D], k_all, v_all [B, H, S+1, D])。新位置可以看全部 S+1 个键，不需要掩码。
-    """
-    k_all = torch.cat([k_cache, k_new], dim=2)
-    v_all = torch.cat([v_cache, v_new], dim=2)
-    att = q @ k_all.transpose(-2, -1) / math.sqrt(q.shape[-1])     # [B, H, 1, S+1]
-    return att.softmax(-1) @ v_all, k_all, v_all
-
-
-def solution_greedy_decode(model, ids: list[int], n: int) -> list[int]:
-    """贪心地续写 n 个 id（不在结束符处停），每步只取最后一个位置的 logits。"""
-    ids = list(ids)
-    bs = model.config.block_size
-    with torch.no_grad():
-        for _ in range(n):
-            logits, _ = model(torch.tensor([ids[-bs:]]))               # 裁剪到上下文长度
-            ids.append(int(logits[0, -1].argmax()))
-    return ids[-n:] if n else []
-
-
 def solution_kv_cache_bytes(n_layer: int, batch: int, seq_len: int, n_embd: int,
                             bytes_per: int = 4) -> int:
     """KV 缓存的字节数：每层 K 和 V 各 [B, T, C] → 2·L·B·T·C·bytes。"""
     return 2 * n_layer * batch * seq_len * n_embd * bytes_per
 
 
+@torch.no_grad()
+def solution_decode_loop(model, tok, prompt: str = "", max_new_tokens: int = 60,
+                         temperature: float = 0.0, seed: int | None = None) -> str:
+    """最朴素的自回归循环：每步把整段上下文（最多 block_size 个）送进模型，只用最后一个位置。"""
+    bs = model.config.block_size
+    ids = [tok.eos_id] + tok.encode(prompt)              # 一首诗跟在换行后面
+    g = torch.Generator().manual_seed(seed) if seed is not None else None
+    for _ in range(max_new_tokens):
+        logits = model(torch.tensor([ids[-bs:]]))[0][0, -1]     # [V]：只看最后一个位置
+        if tok.unk_id is not None:
+            logits[tok.unk_id] = float("-inf")           # 永远不生成 <unk>
+        if temperature == 0:
+            nxt = int(logits.argmax())                   # 贪心
+        else:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            nxt = int(torch.multinomial(probs, 1, generator=g))
+        if nxt == tok.eos_id:                            # 换行 = 写完了
+            break
+        ids.append(nxt)
+    return tok.decode(ids[1:])                           # 提示 + 续写
+
+
+def solution_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """按概率抽样 = 把 [0, 1) 按概率切成小段，看均匀随机数 u 落在哪一段。
+
+    probs [V]（和为 1），u [N] ∈ [0, 1) → [N] 的下标 i，满足 cumsum[i-1] ≤ u < cumsum[i]。
+    """
+    edges = torch.cumsum(probs, dim=-1)                  # 每一段的右端点
+    idx = (edges[None, :] <= u[:, None]).sum(-1)         # 有几段的右端点 ≤ u
+    return idx.clamp(max=probs.numel() - 1)              # u 比舍入后的总和还大时落在最后一段
+
+
+def solution_rope_cached_step(q, k, v, k_cache, v_cache, cos, sin, start: int):
+    """带 KV 缓存、带 RoPE 的一步注意力。
+
+    q/k/v：新位置还没旋转的 [B, H, 1, D]；缓存 [B, H, S, D]（K 已旋转，S = start）；
+    cos/sin：整张角度表 [P, D/2]。返回 (y [B, H, 1, D], k_all, v_all [B, H, S+1, D])。
+    """
+    c, s = cos[start:start + 1], sin[start:start + 1]   # 新位置的角度：第 start 行，不是第 0 行
+    q, k = apply_rope(q, c, s), apply_rope(k, c, s)     # 只转 Q 和 K，V 不转
+    k_all, v_all = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
+    att = q @ k_all.transpose(-2, -1) / math.sqrt(q.shape[-1])     # [B, H, 1, S+1]
+    return att.softmax(-1) @ v_all, k_all, v_all
+
+
+def solution_quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """对称 int8 量化，每行一个缩放系数：w [out, in] → (q int8 [out, in], scale [out, 1])。
+
+    q * scale ≈ w；scale = 这一行的最大绝对值 / 127，全零的行用 1 代替（避免除以 0）。
+    """
+    amax = w.abs().amax(dim=1, keepdim=True)                        # [out, 1]
+    scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
+    q = torch.round(w / scale).clamp(-127, 127).to(torch.int8)
+    return q, scale
+
+
+def solution_fenming(line: str) -> list[bool | None]:
+    """二四六分明：一句之内第 2、4 字平仄相反（七言再加第 4、6 字）。"一三五不论"。
+
+    每一对给一个结果：True（相反）、False（相同）、None（有"中"——可平可仄——或表外的字，无法判断）。
+    """
+    from ..verse import tone
+
+    pos = (1, 3) if len(line) == 5 else (1, 3, 5)             # 第 2、4、(6) 字，从 0 数
+    out = []
+    for a, b in zip(pos, pos[1:]):
+        ta, tb = tone(line[a]), tone(line[b])
+        out.append(None if ta not in ("平", "仄") or tb not in ("平", "仄") else ta != tb)
+    return out
+
+
+GUESS_FREQUENCY = "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
+GUESS_OFFSET = "B"         # 忘了偏移：从第一个带缓存的步骤起就不一样了
+
+
 SOLUTIONS.update({
     "temperature_softmax": solution_temperature_softmax,
     "top_p": solution_top_p,
     "repetition_penalty": solution_repetition_penalty,
-    "cached_attention_step": solution_cached_attention_step,
-    "greedy_decode": solution_greedy_decode,
     "kv_cache_bytes": solution_kv_cache_bytes,
+    "decode_loop": solution_decode_loop,
+    "inverse_cdf": solution_inverse_cdf,
+    "rope_cached_step": solution_rope_cached_step,
+    "quantize_rows": solution_quantize_rows,
+    "fenming": solution_fenming,
 })
 
 
@@ -97,6 +160,7 @@ def _close(a, b) -> bool:
 
 
 # ---------------------------------------------------------------- 检查器
+@exercise
 def temperature_softmax(fn) -> bool:
     """练习：``fn(logits, tau)`` → 概率；τ=0 为贪心 one-hot，τ<0 抛 ValueError。"""
     x = torch.tensor([2.0, 1.0, 0.5, 0.1])
@@ -117,25 +181,48 @@ def temperature_softmax(fn) -> bool:
     return _fail("τ=-1 不是温度，应抛出 ValueError（而不是悄悄地算出点什么）")
 
 
+def _near_boundary(logits: torch.Tensor, p: float, tol: float = 1e-6) -> torch.Tensor:
+    """[V] 布尔：这个词元"前面的累计概率"（float64 计算）离 p 不到 tol——它留不留取决于舍入。"""
+    s, order = torch.sort(logits.double(), descending=True, stable=True)
+    probs = s.softmax(-1)
+    before = torch.empty_like(probs)
+    before[order] = probs.cumsum(-1) - probs
+    return (before - p).abs() <= tol
+
+
+@exercise
 def top_p(fn) -> bool:
-    """练习：``fn(logits, p)`` → 过滤后的 logits；越过 p 的那个词元要保留，第一名永远保留。"""
+    """练习：``fn(logits, p)`` → 过滤后的 logits；越过 p 的那个词元要保留，第一名永远保留，
+    p ≥ 1 不过滤。只比较离边界超过 1e-6 的词元，所以结果与 CPU 的舍入方式无关。"""
     x = torch.tensor([0.2, 0.5, 0.3]).log()
     g = torch.Generator().manual_seed(0)
+    spike = torch.zeros(6000)
+    spike[0] = 30.0                       # float32 里第一名的概率就是 1.0
     cases = [(x, 0.7), (x, 0.4), (x, 0.81), (x, 1e-6), (x, 1.0),
-             (torch.randn(50, generator=g) * 2, 0.9)]
+             (torch.randn(50, generator=g) * 2, 0.9), (spike, 0.5), (spike, 1.0)]
     for logits, p in cases:
         got, err = _call(fn, logits.clone(), p)
         if err:
             return _fail(f"p={p}：{err}")
+        if not isinstance(got, torch.Tensor) or got.shape != logits.shape:
+            return _fail(f"p={p}：应返回与 logits 同形状 {tuple(logits.shape)} 的张量")
         want = solution_top_p(logits, p)
-        if not _close(got, want):
-            kept, want_kept = (~torch.isinf(got)).sum().item() if isinstance(
-                got, torch.Tensor) else "?", (~torch.isinf(want)).sum().item()
-            return _fail(f"p={p} 时应保留 {want_kept} 个词元，你保留了 {kept} 个。"
+        far = ~_near_boundary(logits, p) if p < 1 else torch.ones_like(logits, dtype=torch.bool)
+        kept, want_kept = int((~torch.isinf(got)).sum()), int((~torch.isinf(want)).sum())
+        if not torch.equal(torch.isinf(got)[far], torch.isinf(want)[far]):
+            if p >= 1:
+                return _fail(f"p={p} 时不应过滤任何词元（应保留 {want_kept:,} 个，"
+                             f"你保留了 {kept:,} 个）：float32 的累计和在尾部可能提前到 1.0，"
+                             "请对 p ≥ 1 直接返回原来的 logits")
+            return _fail(f"p={p} 时应保留 {want_kept:,} 个词元，你保留了 {kept:,} 个。"
                          "记住：累计概率刚好越过 p 的那个词元也要保留")
+        keep = ~torch.isinf(want)
+        if not torch.allclose(got[keep].float(), logits[keep].float()):
+            return _fail(f"p={p}：保留下来的词元的 logits 应保持原值不变")
     return _ok()
 
 
+@exercise
 def repetition_penalty(fn) -> bool:
     """练习：``fn(logits, ids, penalty)``：正的除、负的乘。"""
     x = torch.tensor([2.0, -2.0, 1.0, -0.5, 0.0])
@@ -153,45 +240,7 @@ def repetition_penalty(fn) -> bool:
     return _ok()
 
 
-def cached_attention_step(fn) -> bool:
-    """练习：``fn(q, k_new, v_new, k_cache, v_cache)`` → (y, k_all, v_all)。
-
-    y 必须等于整段因果注意力的最后一行。
-    """
-    g = torch.Generator().manual_seed(1)
-    B, H, S, D = 2, 3, 5, 8
-    q, k, v = (torch.randn(B, H, S + 1, D, generator=g) for _ in range(3))
-    got, err = _call(fn, q[:, :, -1:], k[:, :, -1:], v[:, :, -1:], k[:, :, :-1], v[:, :, :-1])
-    if err:
-        return _fail(err)
-    if not isinstance(got, tuple) or len(got) != 3:
-        return _fail("应返回 (y, k_all, v_all) 三个张量")
-    y, k_all, v_all = got
-    if not (_close(k_all, k) and _close(v_all, v)):
-        return _fail("k_all / v_all 应该是把新的 K、V 接在缓存后面（torch.cat 在序列那一维 dim=2）")
-    full = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)[:, :, -1:]
-    if not _close(y, full):
-        return _fail("y 与整段因果注意力的最后一个位置不一致；别忘了除以 √D")
-    return _ok()
-
-
-def greedy_decode(fn) -> bool:
-    """练习：``fn(model, ids, n)`` → 贪心续写的 n 个 id。"""
-    torch.manual_seed(0)
-    model = GPT(preset("mini", vocab_size=40, block_size=16, n_layer=1, n_embd=32,
-                       dropout=0.0, attn_dropout=0.0, resid_dropout=0.0)).eval()
-    for ids, n in (([1, 2, 3], 5), ([7], 20)):                      # 第二组超过 block_size
-        got, err = _call(fn, model, ids, n)
-        if err:
-            return _fail(err)
-        want = solution_greedy_decode(model, ids, n)
-        got = list(got) if isinstance(got, (list, tuple)) else got
-        if got != want:
-            extra = "（超过 block_size=16 时要裁剪上下文）" if len(ids) + n > 16 else ""
-            return _fail(f"ids={ids}, n={n}：应得 {want}，收到 {got}{extra}")
-    return _ok()
-
-
+@exercise
 def kv_cache_bytes(fn) -> bool:
     """练习：``fn(n_layer, batch, seq_len, n_embd, bytes_per)`` → KV 缓存字节数。"""
     for args in ((4, 1, 128, 256, 4), (12, 1, 1024, 768, 4), (12, 8, 1024, 768, 2)):
@@ -202,4 +251,250 @@ def kv_cache_bytes(fn) -> bool:
         if got != want:
             hint = "（K 和 V 两份，别忘了乘 2）" if got == want // 2 else ""
             return _fail(f"参数 {args}：应得 {want:,} 字节，收到 {got!r}{hint}")
+    return _ok()
+
+
+# ---------------------------------------------------------------- 第 1 节：自己写解码循环
+_TINY_POEMS = ("床前明月光，疑是地上霜。举头望明月，低头思故乡。\n"
+               "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。\n"
+               "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\n")
+
+
+def _tiny_model_and_tok():
+    from ..tokenizer import CharTokenizer
+
+    tok = CharTokenizer.from_text(_TINY_POEMS)
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        model = GPT(preset("teacher", vocab_size=tok.vocab_size, block_size=16, n_layer=2,
+                           n_head=2, n_embd=32, dropout=0.0, attn_dropout=0.0,
+                           resid_dropout=0.0)).eval()
+    return model, tok
+
+
+@exercise
+def decode_loop(fn) -> bool:
+    """练习：``fn(model, tok, prompt, max_new_tokens, temperature, seed)`` → 提示 + 续写，
+    与 ``gc.generate.generate(..., use_cache=False)`` 逐字相同（贪心与同一种子的采样）。"""
+    from ..generate import generate
+
+    model, tok = _tiny_model_and_tok()
+    cases = [("", 30, 0.0, None), ("春", 30, 0.0, None),
+             ("床前明月光，疑是地上霜。举头", 12, 0.0, None),              # 超过 block_size
+             ("白", 40, 1.0, 0), ("白", 40, 1.0, 1), ("夜来", 40, 0.7, 2)]
+    for prompt, n, tau, seed in cases:
+        got, err = _call(fn, model, tok, prompt, n, tau, seed)
+        shown = f"prompt={prompt!r}, max_new_tokens={n}, temperature={tau}, seed={seed}"
+        if err:
+            hint = "：序列超过 block_size 时只把最后 block_size 个词元送进模型" \
+                if "block_size" in err else ""
+            return _fail(f"{shown}：{err}{hint}")
+        want = generate(model, tok, prompt, max_new_tokens=n, temperature=tau, seed=seed,
+                        use_cache=False)
+        if got == want:
+            continue
+        if not isinstance(got, str):
+            return _fail(f"{shown}：应返回字符串（提示 + 续写），收到 {type(got).__name__}")
+        if prompt and got == want[len(prompt):]:
+            return _fail(f"{shown}：返回值应包含提示（提示 + 续写），你只返回了续写")
+        if prompt and not got.startswith(prompt):
+            return _fail(f"{shown}：返回值应以提示 {prompt!r} 开头（提示 + 续写）")
+        if got.startswith(want) and len(got) > len(want):
+            return _fail(f"{shown}：写出结束符（换行）就该停下，而且换行不算进返回值")
+        return _fail(f"{shown}\n  你的结果：{got!r}\n  期望结果：{want!r}\n"
+                     "  检查：开头有没有加上换行（tok.eos_id）、是不是只用了最后一个位置的 logits、"
+                     "有没有屏蔽 <unk>、采样时是不是用了同一个 generator")
+    return _ok()
+
+
+# ---------------------------------------------------------------- 第 2 节：按概率抽样
+@exercise
+def guess_frequency(guess) -> bool:
+    """先猜一猜：抽 100 次时频率与概率的最大偏差，大约是抽 10,000 次时的几倍？"""
+    if not isinstance(guess, str) or not guess.strip() or guess.strip().upper() not in "ABCD":
+        return _fail(f"请填 \"A\"、\"B\"、\"C\" 或 \"D\"，收到 {guess!r}")
+    if guess.strip().upper() == GUESS_FREQUENCY:
+        return _ok()
+    return _fail("每个字的次数近似二项分布，频率的标准差是 √(p(1−p)/n)：随 1/√n 缩小，"
+                 "而不是随 1/n。样本多 100 倍，误差小 √100 倍")
+
+
+@exercise
+def inverse_cdf(fn) -> bool:
+    """练习：``fn(probs, u)`` → 每个 u 落在哪一段的下标（cumsum[i-1] ≤ u < cumsum[i]）。"""
+    g = torch.Generator().manual_seed(0)
+    probs = [torch.tensor([0.5, 0.3, 0.2]), torch.tensor([0.25, 0.0, 0.75]),
+             torch.softmax(torch.randn(50, generator=g), -1)]
+    us = [torch.tensor([0.0, 0.1, 0.5, 0.79, 0.8, 0.999]), torch.tensor([0.0, 0.25, 0.2499, 0.9]),
+          torch.rand(200, generator=g)]
+    for pr, u in zip(probs, us):
+        got, err = _call(fn, pr.clone(), u.clone())
+        if err:
+            return _fail(f"probs={pr.tolist()[:4]}…：{err}")
+        want = solution_inverse_cdf(pr, u)
+        try:
+            got_t = torch.as_tensor(got).long().flatten()
+        except Exception:  # noqa: BLE001
+            return _fail(f"应返回 {len(u)} 个下标（整数张量），收到 {type(got).__name__}")
+        if got_t.shape != want.shape:
+            return _fail(f"应返回 {len(u)} 个下标，收到形状 {tuple(got_t.shape)}")
+        bad = (got_t != want).nonzero()
+        if len(bad):
+            i = int(bad[0])
+            hint = ""
+            if (torch.cumsum(pr, -1) - u[i]).abs().min() < 1e-7:
+                hint = ("：u 正好等于某段的右端点时，它属于下一段（比较用 ≤ 而不是 <）；"
+                        "否则概率为 0 的字也可能被选中")
+            return _fail(f"u = {u[i].item():.4f} 时应选第 {int(want[i])} 个，"
+                         f"你选了第 {int(got_t[i])} 个{hint}")
+    return _ok()
+
+
+# ---------------------------------------------------------------- 第 4 节：带缓存与 RoPE 的一步
+@exercise
+def rope_cached_step(fn) -> bool:
+    """练习：``fn(q, k, v, k_cache, v_cache, cos, sin, start)`` → (y, k_all, v_all)；
+    y 必须等于"整段先按真实位置旋转、再做因果注意力"的最后一行。"""
+    g = torch.Generator().manual_seed(1)
+    B, H, D = 1, 2, 8
+    ang = rope_angles(D, 32)
+    cos, sin = ang.cos(), ang.sin()
+    for S in (0, 5, 20):
+        q, k, v = (torch.randn(B, H, S + 1, D, generator=g) for _ in range(3))
+        c, s = cos[:S + 1], sin[:S + 1]
+        qr, kr = apply_rope(q, c, s), apply_rope(k, c, s)               # 整段按真实位置旋转
+        full = torch.nn.functional.scaled_dot_product_attention(qr, kr, v, is_causal=True)
+        got, err = _call(fn, q[:, :, -1:], k[:, :, -1:], v[:, :, -1:], kr[:, :, :-1],
+                         v[:, :, :-1], cos, sin, S)
+        if err:
+            return _fail(f"缓存里有 {S} 个位置时：{err}")
+        if not isinstance(got, tuple) or len(got) != 3:
+            return _fail("应返回 (y, k_all, v_all) 三个张量")
+        y, k_all, v_all = got
+        if not (_close(v_all, v)):
+            if _close(v_all[:, :, :-1], v[:, :, :-1]) and isinstance(v_all, torch.Tensor):
+                return _fail("V 不做旋转：RoPE 只作用在 Q 和 K 上")
+            return _fail("v_all 应该是把新的 V 接在缓存后面（torch.cat，dim=2）")
+        if not _close(k_all, kr):
+            if S and isinstance(k_all, torch.Tensor) and k_all.shape == kr.shape \
+                    and _close(k_all[:, :, -1:], k[:, :, -1:]):
+                return _fail(f"新的 K 没有按真实位置旋转（按位置 0 旋转等于没转）："
+                             f"缓存里已有 {S} 个位置，新词元的位置是 start = {S}，"
+                             "角度要取 cos[start]、sin[start]")
+            return _fail("k_all 应是 缓存（已旋转）+ 新的 K（按位置 start 旋转），在 dim=2 拼接")
+        if not _close(y, full[:, :, -1:]):
+            return _fail("K、V 对了，但 y 与整段注意力的最后一行不一致：Q 也要按位置 start 旋转，"
+                         "分数要除以 √D")
+    return _ok()
+
+
+@exercise
+def guess_offset(guess) -> bool:
+    """先猜一猜：缓存解码时每一步都把新词元当成位置 0，会怎样？"""
+    if not isinstance(guess, str) or not guess.strip() or guess.strip().upper() not in "ABCD":
+        return _fail(f"请填 \"A\"、\"B\"、\"C\" 或 \"D\"，收到 {guess!r}")
+    if guess.strip().upper() == GUESS_OFFSET:
+        return _ok()
+    return _fail("RoPE 的注意力分数只取决于 Q 与 K 的位置差。新词元按位置 0 旋转、"
+                 "缓存里的 K 按真实位置旋转，第一个带缓存的步骤里位置差就已经错了")
+
+
+# ---------------------------------------------------------------- 第 7 节：int8 量化
+@exercise
+def quantize_rows(fn) -> bool:
+    """练习：``fn(w)`` → (q int8 [out, in], scale [out, 1])，对称量化，每行一个缩放系数。"""
+    g = torch.Generator().manual_seed(3)
+    w = torch.randn(6, 16, generator=g) * torch.tensor([0.01, 0.1, 1.0, 3.0, 0.5, 0.02])[:, None]
+    w0 = w.clone()
+    w0[4] = 0.0                                                     # 一整行都是 0
+    for m in (w, w0):
+        got, err = _call(fn, m.clone())
+        if err:
+            return _fail(err)
+        if not isinstance(got, tuple) or len(got) != 2:
+            return _fail("应返回 (q, scale) 两个张量")
+        q, scale = got
+        if not isinstance(q, torch.Tensor) or q.dtype != torch.int8 or q.shape != m.shape:
+            return _fail(f"q 应是与 w 同形状 {tuple(m.shape)} 的 torch.int8 张量")
+        scale = torch.as_tensor(scale, dtype=torch.float32)
+        if scale.numel() == 1:
+            return _fail("只有一个缩放系数（每张量一个）：这一题要每行一个，"
+                         "scale 的形状是 [out, 1]")
+        if scale.shape not in ((m.shape[0], 1), (m.shape[0],)):
+            return _fail(f"scale 的形状应是 [{m.shape[0]}, 1]（每行一个），"
+                         f"收到 {tuple(scale.shape)}")
+        recon = q.float() * scale.reshape(-1, 1)
+        if not torch.isfinite(recon).all():
+            return _fail("还原出了 nan/inf：全零的行不能用 0 当缩放系数")
+        if q.min() < -127:
+            return _fail("出现了 −128：对称量化只用 −127…127，记得 clamp")
+        q_ref, s_ref = solution_quantize_rows(m)
+        err_ref = (q_ref.float() * s_ref - m).abs().max(dim=1).values
+        err_got = (recon - m).abs().max(dim=1).values
+        if (err_got > err_ref + 1e-6).any():
+            r = int((err_got > err_ref + 1e-6).nonzero()[0])
+            return _fail(f"第 {r} 行的最大误差 {err_got[r]:.3g} 比应有的 {err_ref[r]:.3g} 大："
+                         "先除以缩放系数再四舍五入（torch.round），直接 .to(torch.int8) 是截断")
+    return _ok()
+
+
+NB05_EXERCISES = EXERCISES          # 旧名字（笔记本里用过）
+
+
+# ---------------------------------------------------------------- 第 6 节：二四六分明
+def _fenming_variant(line: str, pos=(1, 3, 5), both_as_ping=False, same=False):
+    from ..verse import tone
+
+    p = pos[:2] if len(line) == 5 else pos
+    out = []
+    for a, b in zip(p, p[1:]):
+        ta, tb = tone(line[a]), tone(line[b])
+        if both_as_ping:
+            ta, tb = ("平" if ta == "中" else ta), ("平" if tb == "中" else tb)
+        ok = ta in ("平", "仄") and tb in ("平", "仄")
+        out.append(None if not ok else (ta == tb if same else ta != tb))
+    return out
+
+
+def _fenming_hint(line: str, got, n_want: int) -> str:
+    """把学员的结果和几种典型的错误写法逐一比较，指出最可能的那一个。"""
+    if not isinstance(got, list) or len(got) != n_want:
+        return ("五言有 1 对（第 2、4 字），七言有 2 对（第 2、4 字和第 4、6 字），"
+                f"这句应有 {n_want} 个结果")
+    for kw, hint in ((dict(pos=(0, 2, 4)), "只看第 2、4、6 字（从 0 数是下标 1、3、5）："
+                                           "一三五不论"),
+                     (dict(pos=(0, 2, 4), same=True), "看的位置不对（一三五不论，下标是 1、3、5），"
+                                                      "而且分明 = 平仄**相反**"),
+                     (dict(both_as_ping=True), "有“中”（可平可仄）或表外的字时无法判断，应为 None"),
+                     (dict(same=True), "分明 = 平仄**相反**才成立")):
+        if got == _fenming_variant(line, **kw):
+            return hint
+    return ""
+
+
+@exercise
+def fenming(fn) -> bool:
+    """练习：``fn(line) -> [True/False/None, …]``，与 ``gc.verse.check_tones`` 的"分明"规则逐句一致
+    （在验证集真诗和字序打乱的对照组上）。"""
+    from ..data import load_corpus, poems
+    from ..verse import check_tones, poem_form, shuffle_chars, split_lines, tone
+
+    real = [p for p in poems(load_corpus("tang_jinti").val) if poem_form(p)][:200]
+    for name, group in (("真诗", real), ("字序打乱的对照组", shuffle_chars(real, seed=2))):
+        for poem in group:
+            rules = check_tones(poem)
+            for i, line in enumerate(split_lines(poem)[0]):
+                pos = (1, 3) if len(line) == 5 else (1, 3, 5)
+                want = [rules[f"第{i + 1}句第{a + 1}、{b + 1}字分明"] for a, b in zip(pos, pos[1:])]
+                got, err = _call(fn, line)
+                if err:
+                    return _fail(f"fenming({line!r}) {err}")
+                if isinstance(got, tuple):
+                    got = list(got)
+                if got == want:
+                    continue
+                tones = "".join(tone(c) or "？" for c in line)
+                hint = _fenming_hint(line, got, len(want))
+                return _fail(f"{name}：fenming({line!r})（平仄 {tones}）应为 {want}，收到 {got!r}"
+                             + (f"。{hint}" if hint else ""))
     return _ok()

@@ -70,3 +70,50 @@ def speed_plot(lengths: Sequence[int], series: dict[str, Sequence[float]], ax=No
     ax.grid(alpha=0.3)
     ax.legend()
     return ax.figure
+
+
+def frequency_bars(probs: Sequence[float], freqs: dict[str, Sequence[float]],
+                   labels: Sequence[str] | None = None, ax=None,
+                   title: str = "抽样频率与概率"):
+    """真实概率（黑色横线）与几组抽样得到的频率（条形）。``freqs``：{名字: 每个词元的频率}。"""
+    import matplotlib.pyplot as plt
+
+    p = np.asarray(probs, dtype=float)
+    if not freqs:
+        raise ValueError("freqs 为空：至少给一组抽样频率")
+    labels = list(labels) if labels is not None else [f"词元{i}" for i in range(len(p))]
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    width = 0.8 / len(freqs)
+    pos = np.arange(len(p))
+    for j, (name, f) in enumerate(freqs.items()):
+        f = np.asarray(f, dtype=float)
+        if f.shape != p.shape:
+            raise ValueError(f"{name} 的频率有 {f.size} 个，概率有 {p.size} 个")
+        bars = ax.bar(pos + (j - (len(freqs) - 1) / 2) * width, f, width, label=name)
+        ax.bar_label(bars, fmt="%.3f", fontsize=7)
+    ax.hlines(p, pos - 0.45, pos + 0.45, colors="black", linewidth=2, label="真实概率")
+    ax.set_xticks(pos, labels)
+    ax.set_ylabel("频率 / 概率")
+    ax.set_title(title)
+    ax.legend()
+    return ax.figure
+
+
+def logit_gap_plot(gaps: dict[str, Sequence[float]], ax=None,
+                   title: str = "带缓存的 logits 与整段重算之差"):
+    """每条曲线：每个位置上 max |logits − 整段重算的 logits|（对数纵轴；0 画在 1e-9 处）。"""
+    import matplotlib.pyplot as plt
+
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6.4, 3.6))
+    for name, g in gaps.items():
+        g = np.maximum(np.asarray(g, dtype=float), 1e-9)
+        ax.plot(np.arange(len(g)), g, label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("位置")
+    ax.set_ylabel("最大 |logits 之差|（对数坐标）")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    return ax.figure
