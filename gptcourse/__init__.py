@@ -18,9 +18,10 @@ from .runtime import DATA_DIR, ROOT, Settings, get_device, is_quick, set_seed, s
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "acceptance", "bench", "bpe", "check", "checkpoint", "cli", "config", "constraints", "data",
-    "distributed", "evaluate", "generate", "mistakes", "model", "notebooks", "quantize", "rope",
-    "runtime", "sampling", "serve", "tokenizer", "train", "train_cli", "viz", "walkthrough",
+    "acceptance", "bench", "bpe", "check", "checkpoint", "classroom", "cli", "config",
+    "constraints", "data", "distributed", "evaluate", "generate", "mistakes", "model", "notebooks",
+    "precision", "quantize", "release", "rope", "runtime", "sampling", "serve", "tokenizer", "train",
+    "train_cli", "verse", "viz", "walkthrough",
 }
 
 __all__ = ["DATA_DIR", "ROOT", "Settings", "get_device", "is_quick", "set_seed", "setup",
