@@ -303,7 +303,10 @@ def make_server(model, tok, host: str = "127.0.0.1", port: int = 8000, verbose: 
     model.eval()
     server = DemoServer((host, port), Handler, limits or Limits())
     server.model, server.tok, server.verbose = model, tok, verbose
-    server.defaults = {**DEFAULTS, **{k: v for k, v in (defaults or {}).items() if k in DEFAULTS}}
+    given = {k: v for k, v in (defaults or {}).items() if k in DEFAULTS}
+    if "top_p" in given and given["top_p"] is None:
+        given["top_p"] = 1.0                        # 不截断 = top-p 1（p ≥ 1 时不过滤）
+    server.defaults = {**DEFAULTS, **given}
     server.policy = HostPolicy(host, allow_hosts, allow_origins)
     return server
 

@@ -530,7 +530,7 @@ def test_server_defaults_are_the_release_settings(tiny):
                "repetition_penalty": 1.0, "not_a_param": 1}
     with running(model, tok, defaults=release) as srv:
         d = json.loads(request(srv, "/api/info")[1])["defaults"]
-        assert d["temperature"] == 0.9 and d["top_p"] is None and d["rhyme"] is True
+        assert d["temperature"] == 0.9 and d["top_p"] == 1.0 and d["rhyme"] is True
         assert "not_a_param" not in d
         status, data, _ = request(srv, "/api/generate", {"form": "五绝", "seed": 3})
         text = json.loads(data)["text"]
