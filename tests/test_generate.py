@@ -434,8 +434,8 @@ def test_cli_generate(tok, tmp_path, capsys):
     assert cli.main(base + ["--form", "五绝", "--rhyme-group", "阳", "--tones", "-n", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all(analyze(x).rhyme_group == "下平七阳" for x in lines), lines
-    assert cli.main(base + ["--rhyme"]) == 2
-    assert "需要诗体" in capsys.readouterr().err
+    assert cli.main(base + ["--rhyme"]) == 0              # 不定诗体也能押韵：四种诗体都可以
+    assert analyze(capsys.readouterr().out.splitlines()[0]).rhymes
     assert cli.main(base + ["--top-p", "2"]) == 2
     assert "top_p" in capsys.readouterr().err
     assert cli.main(base + ["--prompt", "☃"]) == 2

@@ -155,7 +155,7 @@ def test_stream_sends_pieces_then_done(server):
     ({"temperature": 1e-300}, "temperature"), ({"top_p": 1e-300}, "top_p"),
     ({"repetition_penalty": 1e-300}, "repetition_penalty"),
     ({"temperature": 10**400}, "temperature"), ({"prompt": [["春"]]}, "prompt"),
-    ({"rhyme": "yes"}, "rhyme"), ({"tones": 1}, "tones"), ({"rhyme": True}, "押韵"),
+    ({"rhyme": "yes"}, "rhyme"), ({"tones": 1}, "tones"), ({"rhyme": True, "form": "五绝", "prompt": "春眠不觉晓，处处闻啼鸟。"}, "韵"),
 ])
 def test_bad_values_get_400_with_a_message(server, body, word):
     for path in ("/api/generate", "/api/stream"):
