@@ -295,9 +295,6 @@ def cli_main(args) -> int:
     decoding = {**release.settings(meta), **{k: v for k, v in given.items() if v is not None}}
     if args.rhyme_group:
         decoding["rhyme"] = True
-    print("解码设置：" + "，".join(f"{k}={v}" for k, v in decoding.items())
-          + ("（未指定的取检查点的发布设置）" if (meta or {}).get("release") else ""),
-          file=sys.stderr)
     kw = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache, form=args.form,
               acrostic=args.acrostic, rhyme_group=args.rhyme_group, **decoding)
     if args.stream:
