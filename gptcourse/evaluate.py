@@ -281,7 +281,8 @@ def cli_main(args) -> int:
         raise ValueError(f"--samples 必须 ≥ 1，收到 {args.samples}")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size 必须 ≥ 1，收到 {args.batch_size}")
-    check_sampling_args(temperature=args.temperature)          # 先检查参数，再做耗时的打分
+    if args.temperature is not None:                           # 先检查参数，再做耗时的打分
+        check_sampling_args(temperature=args.temperature)
     model, tok, meta = checkpoint.load(args.checkpoint)
     corpus = load_corpus(args.corpus)
     name = args.checkpoint or "随课程发布的模型"
