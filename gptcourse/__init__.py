@@ -8,27 +8,87 @@
 
 子模块在第一次访问时才导入（``gc.model``、``gc.train`` ……），
 这样 ``import gptcourse`` 很快，也不会把绘图库拖进训练脚本。
+
+包的分层（下层从不导入上层；``tests/test_layers.py`` 检查）::
+
+    L0 runtime  errors  config                       基础：种子、设备、路径、错误类型、配置
+    L1 verse  tokenizer  bpe  data                   文字与数据
+    L2 rope  model                                   模型
+    L3 precision  distributed  train  checkpoint     训练与存储
+    L4 sampling  constraints  generate  evaluate  acceptance  quantize    推理与评估
+    L5 release                                       发布设置
+    L6 serve/                                        网页演示
+    L7 cli/                                          命令行（argparse 只在这里）
+    T  walkthrough  viz/  mistakes/  check/          教学（可以导入 L0–L6）
+    X  bench/  notebooks  classroom/                 维护工具（可以导入任何模块）
 """
 from __future__ import annotations
 
 import importlib
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from .runtime import DATA_DIR, ROOT, Settings, get_device, is_quick, set_seed, setup
+from .runtime import DATA_DIR, QUICK_ENV, ROOT, get_device, is_quick, set_seed
 
 __version__ = "0.1.0"
 
-_SUBMODULES = {
-    "acceptance", "bench", "bpe", "check", "checkpoint", "classroom", "cli", "config",
-    "constraints", "data", "distributed", "evaluate", "generate", "mistakes", "model", "notebooks",
-    "precision", "quantize", "release", "rope", "runtime", "sampling", "serve", "tokenizer", "train",
-    "train_cli", "verse", "viz", "walkthrough",
-}
+# gc.<名字> → 子模块（第一次访问时导入）。命令行 cli、维护工具 bench/notebooks/classroom
+# 不在这里：它们是程序，不是课程的 API（用 python -m gptcourse… 运行）。
+MODULES = (
+    "runtime", "errors", "config",
+    "verse", "tokenizer", "bpe", "data",
+    "rope", "model",
+    "precision", "distributed", "train", "checkpoint",
+    "sampling", "constraints", "generate", "evaluate", "acceptance", "quantize",
+    "release", "serve",
+    "walkthrough", "viz", "mistakes", "check",
+    "bench",                        # 笔记本 03 读机器信息与矩阵乘法上限
+)
+
+if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
+    from . import (acceptance, bench, bpe, check, checkpoint, config, constraints, data,
+                   distributed, errors, evaluate, generate, mistakes, model, precision, quantize,
+                   release, rope, runtime, sampling, serve, tokenizer, train, verse, viz,
+                   walkthrough)
+
+
+@dataclass(frozen=True)
+class Settings:
+    seed: int
+    quick: bool
+    device: object
+    font: str | None
+
+    def __repr__(self) -> str:  # 笔记本里打印得短一些
+        mode = "快速模式" if self.quick else "完整模式"
+        return f"Settings(seed={self.seed}, {mode}, device={self.device.type}, font={self.font!r})"
+
+
+def setup(seed: int = 0, quick: bool | None = None, plots: bool = True) -> Settings:
+    """笔记本的第一行：设种子、选设备、注册中文字体与绘图默认值，返回当前设置。
+
+    ``quick=None`` 时读取环境变量 GPTCOURSE_QUICK。
+    """
+    if quick is not None:
+        os.environ[QUICK_ENV] = "1" if quick else "0"
+    set_seed(seed)
+    font = None
+    if plots:
+        from .viz.fonts import configure_matplotlib
+        font = configure_matplotlib()
+    return Settings(seed=seed, quick=is_quick(), device=get_device(), font=font)
+
 
 __all__ = ["DATA_DIR", "ROOT", "Settings", "get_device", "is_quick", "set_seed", "setup",
-           *sorted(_SUBMODULES)]
+           *MODULES]
 
 
 def __getattr__(name: str):
-    if name in _SUBMODULES:
+    if name in MODULES:
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module 'gptcourse' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(MODULES))

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 # 诗体与断句的规则只有一套，在 verse 里；poem_form / split_lines 在这里也能用（笔记本 04、测试）
+from .errors import UserError
 from .verse import is_hanzi, is_valid_form, poem_form, rates, split_lines  # noqa: F401
 
 
@@ -27,7 +28,7 @@ class SubstringIndex:
 
     def __init__(self, text: str, depth: int = 64):
         if not text:
-            raise ValueError("不能为空文本建索引")
+            raise UserError("不能为空文本建索引")
         self.text, self.depth = text, depth
         codes = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32)          # [n]
         n = len(codes)
@@ -105,7 +106,7 @@ def distinct_n(poems: list[str], n: int) -> float:
     0.3333333333333333
     """
     if n < 1:
-        raise ValueError(f"n 必须 ≥ 1，收到 {n}")
+        raise UserError(f"n 必须 ≥ 1，收到 {n}")
     grams = [line[i:i + n] for p in poems for line in split_lines(p.removesuffix("\n"))[0]
              for i in range(len(line) - n + 1)]
     return len(set(grams)) / len(grams) if grams else 0.0
@@ -163,11 +164,11 @@ def acceptance_checks(poems: list[str], train_text: str, val_loss: float | None 
                       thresholds: dict | None = None) -> list[Check]:
     """对一组生成的诗逐项测量，返回 Check 列表（val_loss 给出时第一项是验证损失）。"""
     if not poems:
-        raise ValueError("没有可以验收的诗：poems 为空")
+        raise UserError("没有可以验收的诗：poems 为空")
     th = {**THRESHOLDS, **(thresholds or {})}
     unknown = set(th) - set(THRESHOLDS)
     if unknown:
-        raise ValueError(f"未知的门槛名 {sorted(unknown)}；可选：{', '.join(THRESHOLDS)}")
+        raise UserError(f"未知的门槛名 {sorted(unknown)}；可选：{', '.join(THRESHOLDS)}")
     poems = [p.removesuffix("\n") for p in poems]
     index = substring_index(train_text)
     checks = []
@@ -213,58 +214,3 @@ def acceptance_table(checks: list[Check]) -> str:
     verdict = "放行 PASS" if n_pass == len(checks) else "不放行 FAIL"
     out += [line, f"结论：{verdict}（{n_pass}/{len(checks)} 项通过）"]
     return "\n".join(out)
-
-
-# ---------------------------------------------------------------- 采样
-def sample_poems(model, tok, n: int, seed: int = 0, temperature: float = 0.8,
-                 max_new_tokens: int = 80, prompt: str = "", batch_size: int = 50,
-                 **constraints) -> list[str]:
-    """从空提示采样 n 首诗，第 i 首用种子 seed + i（与 ``gc.generate.generate`` 逐首生成相同，
-    只是成批生成更快），每首截到第一个换行为止。``constraints``：``form`` / ``acrostic`` /
-    ``rhyme`` / ``rhyme_group`` / ``tones``，原样交给 ``generate_batch``。"""
-    from .generate import generate_batch
-
-    if n < 1:
-        raise ValueError(f"n 必须 ≥ 1，收到 {n}")
-    out = []
-    for b in range(0, n, batch_size):
-        m = min(batch_size, n - b)
-        texts = generate_batch(model, tok, [prompt] * m, temperature=temperature, seed=seed + b,
-                               max_new_tokens=max_new_tokens, **constraints)
-        out += [t.split("\n", 1)[0] for t in texts]
-    return out
-
-
-def poem_nll(model, tok, poems: list[str]) -> list[float]:
-    """模型自己给每首诗的负对数似然（nats/词元，温度 1）：每首单独打分，从结束符 "\n" 开始
-    （与 ``evaluate.token_losses`` 对这一首诗的打分相同），不算诗末的结束符。"""
-    from .evaluate import token_losses
-
-    if any(not p for p in poems):
-        raise ValueError("不能给空诗打分")
-    return [float(token_losses(model, tok, p).mean()) for p in poems]
-
-
-CONSTRAINT_SETTINGS = {                  # constraint_cost 比较的几种解码方式
-    "自由": {},
-    "诗体": {"form": None},
-    "诗体+押韵": {"form": None, "rhyme": True},
-    "诗体+押韵+平仄": {"form": None, "rhyme": True, "tones": True},
-}
-
-
-def constraint_cost(model, tok, n: int = 100, form: str = "五律", seed: int = 0,
-                    temperature: float = 0.8) -> dict[str, dict[str, float]]:
-    """约束的代价：每种解码方式（``CONSTRAINT_SETTINGS``，诗体都用 form）各采样 n 首，量
-    模型自己的负对数似然（nats/字，越低 = 模型越"情愿"写）、distinct-1/2、诗体合格率、押韵率与
-    平仄合格率。同一个种子序列，所以各行只差在约束上。"""
-    table = {}
-    for name, kw in CONSTRAINT_SETTINGS.items():
-        kw = {k: (form if k == "form" else v) for k, v in kw.items()}
-        poems = sample_poems(model, tok, n, seed=seed, temperature=temperature, **kw)
-        rhyme_rate, tonal_share = rates(poems)
-        table[name] = {"nll": float(np.mean(poem_nll(model, tok, poems))),
-                       "distinct_1": distinct_n(poems, 1), "distinct_2": distinct_n(poems, 2),
-                       "form_rate": sum(map(is_valid_form, poems)) / n,
-                       "rhyme_rate": rhyme_rate, "tonal_share": tonal_share}
-    return table

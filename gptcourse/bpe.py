@@ -37,8 +37,17 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from .tokenizer import (EOS, UNK, UnknownCharacterError, check_dict, check_ids, check_text, field,
-                        read_json)
+from .errors import UserError
+from .tokenizer import (
+    EOS,
+    UNK,
+    UnknownCharacterError,
+    check_dict,
+    check_ids,
+    check_text,
+    field,
+    read_json,
+)
 
 PUNCT = "，。！？；：、,.!?;:"
 _P = re.escape(PUNCT)
@@ -136,7 +145,7 @@ class BPETokenizer:
         self.vocab: dict[int, bytes] = {i: bytes([i]) for i in range(256)}   # id → 字节串
         for (a, b), idx in self.merges.items():
             if idx != len(self.vocab) or a not in self.vocab or b not in self.vocab:
-                raise ValueError(f"合并规则 {(a, b)} → {idx} 不合法：新 id 必须依次为 256, 257, ……"
+                raise UserError(f"合并规则 {(a, b)} → {idx} 不合法：新 id 必须依次为 256, 257, ……"
                                  "且只能由已有 id 组成")
             self.vocab[idx] = self.vocab[a] + self.vocab[b]
         self.merge_counts: list[int] = []       # 训练时每次合并的 id 对出现次数（画图用）
@@ -149,7 +158,7 @@ class BPETokenizer:
         if not isinstance(vocab_size, int) or isinstance(vocab_size, bool):
             raise TypeError(f"vocab_size 必须是整数，收到 {vocab_size!r}")
         if vocab_size < 256:
-            raise ValueError(f"vocab_size 至少为 256（全部单字节），收到 {vocab_size}")
+            raise UserError(f"vocab_size 至少为 256（全部单字节），收到 {vocab_size}")
         if not isinstance(text, str):
             raise TypeError(f"text 必须是字符串，收到 {type(text).__name__}")
         chunk_counts = Counter(split_chunks(text))                  # 块 → 出现次数
@@ -241,7 +250,7 @@ class BPETokenizer:
     def encode(self, text: str, errors: str = "strict") -> list[int]:
         """字符串 → id 列表。字节级 BPE 没有未知字符（孤立的代理码位除外，见模块说明）。"""
         if errors not in ("strict", "unk"):
-            raise ValueError(f"errors 只能是 'strict' 或 'unk'，收到 {errors!r}")
+            raise UserError(f"errors 只能是 'strict' 或 'unk'，收到 {errors!r}")
         missing = self.unknown_chars(text)
         if missing and errors == "strict":
             raise UnknownCharacterError(missing)
@@ -273,13 +282,13 @@ class BPETokenizer:
     def from_dict(cls, d: dict) -> BPETokenizer:
         d = check_dict(d, "bpe")
         if d.get("version", 1) != 1:
-            raise ValueError(f"不认识的 BPE 数据版本 {d.get('version')!r}（只支持 1）")
+            raise UserError(f"不认识的 BPE 数据版本 {d.get('version')!r}（只支持 1）")
         merges = field(d, "merges", list)
         pairs = []
         for m in merges:
             if not (isinstance(m, list) and len(m) == 2 and all(
                     isinstance(x, int) and not isinstance(x, bool) for x in m)):
-                raise ValueError(f"合并规则应是两个整数 [a, b]，收到 {m!r}")
+                raise UserError(f"合并规则应是两个整数 [a, b]，收到 {m!r}")
             pairs.append((m[0], m[1]))
         return cls({p: 256 + i for i, p in enumerate(pairs)})
 

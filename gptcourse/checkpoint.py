@@ -24,16 +24,30 @@ from pathlib import Path
 import torch
 
 from .config import GPTConfig
+from .errors import MissingFileError, UserError
 from .model import GPT
 from .runtime import DATA_DIR
-from .tokenizer import tokenizer_from_dict
+from .bpe import BPETokenizer
+from .tokenizer import CharTokenizer, Tokenizer, check_dict
 
 FORMAT = "gptcourse-checkpoint-v1"
 REQUIRED_KEYS = ("config", "model", "tokenizer", "step", "optimizer", "rng", "meta")
 SHIPPED = DATA_DIR / "checkpoints" / "course.pt"     # 随课程发布的预训练模型
 
 
-class CheckpointError(ValueError):
+
+def tokenizer_from_dict(d: dict) -> Tokenizer:
+    """按 ``type`` 字段还原任意一种分词器（检查点里存的是 ``tok.to_dict()``）。
+
+    不认识的类型 → UserError。"""
+    kind = check_dict(d).get("type")
+    if kind == "char":
+        return CharTokenizer.from_dict(d)
+    if kind == "bpe":
+        return BPETokenizer.from_dict(d)
+    raise UserError(f"未知的分词器类型 {kind!r}")
+
+class CheckpointError(UserError):
     """检查点文件损坏、格式不对，或与当前模型/词表不匹配。"""
 
 
@@ -174,7 +188,7 @@ def load_raw(path: str | Path | None = None, map_location="cpu") -> dict:
     """读取检查点字典并检查格式与校验和；错误时抛出 :class:`CheckpointError`，说明问题所在。"""
     path = Path(path) if path is not None else SHIPPED
     if not path.exists():
-        raise FileNotFoundError(f"找不到检查点文件 {path}")
+        raise MissingFileError(f"找不到检查点文件 {path}")
     if _wants_cuda(map_location) and not torch.cuda.is_available():
         raise CheckpointError(f"不能把 {path.name} 加载到 {map_location}：这台机器没有可用的 CUDA")
     try:

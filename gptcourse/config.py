@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
+from .errors import UserError
+
 # block_size 的上限：每层的因果掩码是 [T, T] 的 bool 缓冲区，T = 8192 时每层 64 MB
 MAX_BLOCK_SIZE = 8192
 
@@ -40,30 +42,30 @@ class GPTConfig:
                    "qkv": ("fused", "separate"), "attention": ("sdpa", "manual")}
         for name, ok in choices.items():
             if getattr(self, name) not in ok:
-                raise ValueError(f"{name}={getattr(self, name)!r} 无效；可选：{', '.join(ok)}")
+                raise UserError(f"{name}={getattr(self, name)!r} 无效；可选：{', '.join(ok)}")
         for name in ("vocab_size", "block_size", "n_layer", "n_head", "n_embd"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int):
-                raise ValueError(f"{name} 必须是整数，收到 {v!r}")
+                raise UserError(f"{name} 必须是整数，收到 {v!r}")
             if v < 1:
-                raise ValueError(f"{name} 必须 ≥ 1，收到 {v}")
+                raise UserError(f"{name} 必须 ≥ 1，收到 {v}")
         if self.block_size > MAX_BLOCK_SIZE:
-            raise ValueError(f"block_size={self.block_size} 太大：上限 {MAX_BLOCK_SIZE}"
+            raise UserError(f"block_size={self.block_size} 太大：上限 {MAX_BLOCK_SIZE}"
                              "（因果掩码要 block_size² 个元素的内存）")
         if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} 必须能被 n_head={self.n_head} 整除")
+            raise UserError(f"n_embd={self.n_embd} 必须能被 n_head={self.n_head} 整除")
         if self.pos == "rope" and self.head_dim % 2:
-            raise ValueError(f"RoPE 需要偶数的 head_dim，收到 {self.head_dim}")
+            raise UserError(f"RoPE 需要偶数的 head_dim，收到 {self.head_dim}")
         for name in ("dropout", "attn_dropout", "resid_dropout"):
             if not _is_real(getattr(self, name)) or not 0.0 <= getattr(self, name) < 1.0:
-                raise ValueError(f"{name} 必须在 [0, 1) 内，收到 {getattr(self, name)!r}")
+                raise UserError(f"{name} 必须在 [0, 1) 内，收到 {getattr(self, name)!r}")
         for name in ("bias", "tie_weights"):
             if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} 必须是 True 或 False，收到 {getattr(self, name)!r}")
+                raise UserError(f"{name} 必须是 True 或 False，收到 {getattr(self, name)!r}")
         for name, lo in (("norm_eps", 0.0), ("rope_base", 1.0), ("init_std", 0.0)):
             v = getattr(self, name)
             if not _is_real(v) or not math.isfinite(v) or not v > lo:
-                raise ValueError(f"{name} 必须是 > {lo:g} 的有限数，收到 {v!r}")
+                raise UserError(f"{name} 必须是 > {lo:g} 的有限数，收到 {v!r}")
 
     @property
     def head_dim(self) -> int:
@@ -82,11 +84,11 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "GPTConfig":
         if not isinstance(d, dict):
-            raise ValueError(f"配置应是 dict，收到 {type(d).__name__}")
+            raise UserError(f"配置应是 dict，收到 {type(d).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = set(d) - known
         if unknown:
-            raise ValueError(f"配置里有未知字段：{sorted(unknown)}")
+            raise UserError(f"配置里有未知字段：{sorted(unknown)}")
         return cls(**d)
 
 
@@ -122,9 +124,9 @@ def preset(name: str, **overrides) -> GPTConfig:
     704
     """
     if name not in _DESIGNS:
-        raise ValueError(f"没有名为 {name!r} 的预设；可选：{', '.join(_DESIGNS)}")
+        raise UserError(f"没有名为 {name!r} 的预设；可选：{', '.join(_DESIGNS)}")
     base = GPTConfig(**_DESIGNS[name])
     unknown = set(overrides) - {f.name for f in fields(GPTConfig)}
     if unknown:
-        raise ValueError(f"预设覆盖里有未知字段：{sorted(unknown)}")
+        raise UserError(f"预设覆盖里有未知字段：{sorted(unknown)}")
     return replace(base, **overrides)

@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import torch
 
+from .errors import UserError
 from .verse import (BOTH, COMMA, FORMS, PERIOD, PING, PUNCT, ZE, end_marks, group_names,
                     is_hanzi, ping_groups, resolve_group, tone, tone_positions)
 from .verse import check_form  # noqa: F401  旧的导入位置（笔记本 05、测试）仍然可用
@@ -67,15 +68,15 @@ class VerseConstraint:
     def __init__(self, tok, form: str | None = None, acrostic: str | None = None,
                  rhyme: bool = False, rhyme_group: str | None = None, tones: bool = False):
         if form is None and not acrostic and not (rhyme or rhyme_group or tones):
-            raise ValueError("VerseConstraint 需要诗体 form、藏头 acrostic 或押韵/平仄约束之一")
+            raise UserError("VerseConstraint 需要诗体 form、藏头 acrostic 或押韵/平仄约束之一")
         if form is not None and form not in FORMS:
-            raise ValueError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
+            raise UserError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
         pieces = _pieces(tok)
         self._id = {}
         for i, p in enumerate(pieces):
             self._id.setdefault(p, i)
         if COMMA not in self._id or PERIOD not in self._id:
-            raise ValueError("诗体约束需要词表里有单独的“，”和“。”词元")
+            raise UserError("诗体约束需要词表里有单独的“，”和“。”词元")
         self.line_len: int | None = None      # None = 由模型在第一句里选 5 或 7
         self.n_lines: int | None = len(acrostic) if acrostic else None   # None = 4 或 8 句
         if form is not None:
@@ -83,14 +84,14 @@ class VerseConstraint:
         if acrostic:
             bad = [c for c in acrostic if not is_hanzi(c)]
             if bad:
-                raise ValueError(f"藏头字必须是汉字，收到：{'、'.join(map(repr, bad))}")
+                raise UserError(f"藏头字必须是汉字，收到：{'、'.join(map(repr, bad))}")
             missing = [c for c in dict.fromkeys(acrostic) if c not in self._id]
             if missing:
-                raise ValueError(f"藏头字不在词表里：{'、'.join(missing)}")
+                raise UserError(f"藏头字不在词表里：{'、'.join(missing)}")
             if len(acrostic) != self.n_lines:
-                raise ValueError(f"{form}有 {self.n_lines} 句，藏头字却有 {len(acrostic)} 个")
+                raise UserError(f"{form}有 {self.n_lines} 句，藏头字却有 {len(acrostic)} 个")
             if self.n_lines not in (4, 8):
-                raise ValueError(f"藏头字应有 4 个（绝句）或 8 个（律诗），收到 {len(acrostic)} 个")
+                raise UserError(f"藏头字应有 4 个（绝句）或 8 个（律诗），收到 {len(acrostic)} 个")
         self.form, self.acrostic = form, acrostic or None
         self.rhyme_group = resolve_group(rhyme_group) if rhyme_group else None
         self.rhyme, self.tones = bool(rhyme or rhyme_group), bool(tones)
@@ -139,20 +140,20 @@ class VerseConstraint:
     def _step(self, s: State, ch: str) -> State:
         line, count, L, cur, prev, groups = s
         if line >= (self.n_lines or 8):
-            raise ValueError(f"这首诗已经写完 {self.n_lines or 8} 句，后面不能再有“{ch}”")
+            raise UserError(f"这首诗已经写完 {self.n_lines or 8} 句，后面不能再有“{ch}”")
         if ch in PUNCT:
             if not (count == L if L is not None else count in (5, 7)):
-                raise ValueError(f"第 {line + 1} 句有 {count} 个字，应为 {L if L else '5 或 7'} 个")
+                raise UserError(f"第 {line + 1} 句有 {count} 个字，应为 {L if L else '5 或 7'} 个")
             if ch not in end_marks(line):
-                raise ValueError(f"第 {line + 1} 句应以“{'”“'.join(end_marks(line))}”之一结尾，"
+                raise UserError(f"第 {line + 1} 句应以“{'”“'.join(end_marks(line))}”之一结尾，"
                                  f"收到“{ch}”")
             return State(line + 1, 0, count, (), cur, groups)
         if not is_hanzi(ch):
-            raise ValueError(f"格式约束下不能出现字符 {ch!r}（只允许汉字与句末标点）")
+            raise UserError(f"格式约束下不能出现字符 {ch!r}（只允许汉字与句末标点）")
         if count == 0 and self.acrostic and ch != self.acrostic[line]:
-            raise ValueError(f"藏头诗第 {line + 1} 句应以“{self.acrostic[line]}”开头，收到“{ch}”")
+            raise UserError(f"藏头诗第 {line + 1} 句应以“{self.acrostic[line]}”开头，收到“{ch}”")
         if count + 1 > (L or 7):
-            raise ValueError(f"第 {line + 1} 句超过了 {L or 7} 个字")
+            raise UserError(f"第 {line + 1} 句超过了 {L or 7} 个字")
         if self.rhyme and line % 2 == 1 and count + 1 == L and groups != frozenset():
             pool = groups if groups is not None else (
                 {self.rhyme_group} if self.rhyme_group else set(group_names(PING)))
@@ -181,7 +182,7 @@ class VerseConstraint:
         s = self._parse(poem)
         if self.rhyme and s.groups == frozenset():
             want = f"{self.rhyme_group}的字" if self.rhyme_group else "同一平声韵部的字"
-            raise ValueError(f"要求押韵，但已有的双数句末字不是{want}")
+            raise UserError(f"要求押韵，但已有的双数句末字不是{want}")
         return s.line, s.count, s.L
 
     # ---------------------------------------------------------------- 掩码

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import Dataset
 
+from .errors import MissingFileError, UserError
 from .runtime import DATA_DIR
 
 # 名字 → (说明, 是否已分好 train/val/test 三个文件)
@@ -151,7 +152,7 @@ class Corpus:
 
     def split(self, name: str) -> str:
         if name not in SPLITS:
-            raise ValueError(f"未知的划分 {name!r}；可选：{', '.join(SPLITS)}")
+            raise UserError(f"未知的划分 {name!r}；可选：{', '.join(SPLITS)}")
         return getattr(self, name)
 
     def __repr__(self) -> str:
@@ -170,7 +171,7 @@ def load_corpus(name: str = "tang_jinti", data_dir: Path | str | None = None) ->
     哈希规则逐行分配到 train/val/test。
     """
     if name not in CORPORA:
-        raise ValueError(f"没有名为 {name!r} 的语料；可用的语料：{', '.join(available_corpora())}")
+        raise UserError(f"没有名为 {name!r} 的语料；可用的语料：{', '.join(available_corpora())}")
     root = Path(data_dir) if data_dir is not None else DATA_DIR
     description, pre_split = CORPORA[name]
     if pre_split:
@@ -178,12 +179,12 @@ def load_corpus(name: str = "tang_jinti", data_dir: Path | str | None = None) ->
         for s in SPLITS:
             path = root / f"{name}.{s}.txt"
             if not path.exists():
-                raise FileNotFoundError(f"找不到语料文件 {path.name}（应在 {root} 中）")
+                raise MissingFileError(f"找不到语料文件 {path.name}（应在 {root} 中）")
             parts[s] = _read(path)
     else:
         path = root / f"{name}.txt"
         if not path.exists():
-            raise FileNotFoundError(f"找不到语料文件 {path.name}（应在 {root} 中）")
+            raise MissingFileError(f"找不到语料文件 {path.name}（应在 {root} 中）")
         buckets: dict[str, list[str]] = {s: [] for s in SPLITS}
         for line in poems(_read(path)):
             buckets[split_of(line)].append(line + "\n")
@@ -196,7 +197,7 @@ def load_meta(data_dir: Path | str | None = None) -> list[dict[str, str]]:
     root = Path(data_dir) if data_dir is not None else DATA_DIR
     path = root / "tang_jinti_meta.tsv"
     if not path.exists():
-        raise FileNotFoundError(f"找不到 {path.name}（应在 {root} 中）")
+        raise MissingFileError(f"找不到 {path.name}（应在 {root} 中）")
     lines = _read(path).rstrip("\n").split("\n")
     header = lines[0].split("\t")
     return [dict(zip(header, line.split("\t"))) for line in lines[1:]]
@@ -238,14 +239,14 @@ def get_batch(data: torch.Tensor, batch_size: int, block_size: int,
     ``starts`` 给出时，只从这些起点里随机挑（例如 :func:`poem_starts`）；否则任意位置都可以。
     """
     if data.dim() != 1:
-        raise ValueError(f"data 应是一维 id 序列，收到形状 {tuple(data.shape)}")
+        raise UserError(f"data 应是一维 id 序列，收到形状 {tuple(data.shape)}")
     if len(data) <= block_size:
-        raise ValueError(f"数据只有 {len(data)} 个词元，不够切出 block_size={block_size} 的窗口")
+        raise UserError(f"数据只有 {len(data)} 个词元，不够切出 block_size={block_size} 的窗口")
     if starts is None:
         starts = torch.randint(len(data) - block_size, (batch_size,), generator=generator)  # [B]
     else:
         if len(starts) == 0 or int(starts.max()) >= len(data) - block_size:
-            raise ValueError("starts 为空，或有起点离结尾不足一个窗口")
+            raise UserError("starts 为空，或有起点离结尾不足一个窗口")
         starts = starts[torch.randint(len(starts), (batch_size,), generator=generator)]   # [B]
     offsets = torch.arange(block_size)                                                   # [T]
     x = data[starts[:, None] + offsets]             # [B, T]
@@ -263,9 +264,9 @@ class WindowDataset(Dataset):
 
     def __init__(self, data: torch.Tensor, block_size: int, stride: int = 1):
         if stride < 1:
-            raise ValueError(f"stride 必须 ≥ 1，收到 {stride}")
+            raise UserError(f"stride 必须 ≥ 1，收到 {stride}")
         if len(data) <= block_size:
-            raise ValueError(f"数据只有 {len(data)} 个词元，"
+            raise UserError(f"数据只有 {len(data)} 个词元，"
                              f"不够切出 block_size={block_size} 的窗口")
         self.data, self.block_size, self.stride = data, block_size, stride
 

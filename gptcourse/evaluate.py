@@ -25,7 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .verse import PUNCT as SENTENCE_MARKS    # 断句的标点（规则在 verse；语料里只出现 ，。？！）
+from .errors import UserError
+from .verse import PUNCT as SENTENCE_MARKS  # 断句的标点（规则在 verse；语料里只出现 ，。？！）
 
 K_GRID = (1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0)     # 加 k 平滑的候选 k（在验证集上挑）
 LN2 = math.log(2)
@@ -34,7 +35,7 @@ LN2 = math.log(2)
 def encode_text(tok, text: str) -> torch.Tensor:
     """text → [N] 的 id（词表外的字映射为 <unk>；没有 <unk> 的词表遇到生字会报错）。"""
     if not isinstance(text, str) or not text:
-        raise ValueError("要评估的文本必须是非空字符串")
+        raise UserError("要评估的文本必须是非空字符串")
     errors = "unk" if tok.unk_id is not None else "strict"
     return torch.tensor(tok.encode(text, errors=errors), dtype=torch.long)
 
@@ -48,7 +49,7 @@ def window_plan(n: int, block_size: int, stride: int) -> list[tuple[int, int]]:
     [(0, 0), (2, 4), (3, 6)]
     """
     if not 1 <= stride <= block_size:
-        raise ValueError(f"stride 必须在 [1, block_size={block_size}] 内，收到 {stride}")
+        raise UserError(f"stride 必须在 [1, block_size={block_size}] 内，收到 {stride}")
     T = min(block_size, n)
     plan, scored = [(0, 0)], T                        # scored：已经打过分的位置数
     while scored < n:
@@ -66,17 +67,17 @@ def token_losses(model, tok, text: str, batch_size: int = 32, block_size: int | 
     打分规则见模块说明；block_size 默认取模型的上下文长度，stride 默认 block_size // 2。
     """
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size 必须是 ≥ 1 的整数，收到 {batch_size!r}")
+        raise UserError(f"batch_size 必须是 ≥ 1 的整数，收到 {batch_size!r}")
     T = block_size or model.config.block_size
     if T > model.config.block_size:
-        raise ValueError(f"block_size={T} 超过模型的上下文 {model.config.block_size}")
+        raise UserError(f"block_size={T} 超过模型的上下文 {model.config.block_size}")
     stride = stride or max(1, T // 2)
     ids = encode_text(tok, text)
     seq = torch.cat([torch.tensor([tok.eos_id]), ids])                       # [N+1]
     inputs, targets = seq[:-1], seq[1:]                                      # 各 [N]
     n = len(targets)
     if n == 0:
-        raise ValueError("文本太短：没有可以打分的位置")
+        raise UserError("文本太短：没有可以打分的位置")
     plan = window_plan(n, T, stride)
     Tw = min(T, n)
     device = next(model.parameters()).device
@@ -96,7 +97,7 @@ def token_losses(model, tok, text: str, batch_size: int = 32, block_size: int | 
     finally:
         model.train(was_training)
     if not torch.isfinite(out).all():
-        raise ValueError(f"有 {int((~torch.isfinite(out)).sum())} 个位置的损失不是有限数"
+        raise UserError(f"有 {int((~torch.isfinite(out)).sum())} 个位置的损失不是有限数"
                          "（模型输出了 NaN/inf？）")
     return out
 
@@ -162,7 +163,7 @@ class NGramCounts:
     def loss(self, text: str, order: int, k: float) -> float:
         """加 k 平滑的 order 元模型在 text 上的平均损失（nats / 字）。"""
         if k <= 0:
-            raise ValueError(f"平滑参数 k 必须 > 0，收到 {k}")
+            raise UserError(f"平滑参数 k 必须 > 0，收到 {k}")
         ids = self._with_eos(text)
         prev, nxt = ids[:-1], ids[1:]
         if order == 1:                        # p(b) = (c(b) + k) / (N + kV)
@@ -173,7 +174,7 @@ class NGramCounts:
             c = np.where(self.pairs[pos] == codes, self.pair_counts[pos], 0)
             p = (c + k) / (self.context[prev] + k * self.V)
         else:
-            raise ValueError(f"order 只能是 1（一元）或 2（二元），收到 {order}")
+            raise UserError(f"order 只能是 1（一元）或 2（二元），收到 {order}")
         return float(-np.log(p).mean())
 
     def best_k(self, val_text: str, order: int, grid=K_GRID) -> float:
@@ -227,7 +228,7 @@ def loss_by_position(losses, text: str) -> PositionLoss:
     """
     losses = torch.as_tensor(losses, dtype=torch.float64)
     if len(losses) != len(text):
-        raise ValueError(f"损失有 {len(losses)} 个，文本有 {len(text)} 个字，二者应一一对应")
+        raise UserError(f"损失有 {len(losses)} 个，文本有 {len(text)} 个字，二者应一一对应")
     sums = {w: np.zeros(len(SLOTS)) for w in (5, 7)}
     cnts = {w: np.zeros(len(SLOTS), dtype=np.int64) for w in (5, 7)}
     line_sum, line_cnt = np.zeros(8), np.zeros(8, dtype=np.int64)
@@ -258,57 +259,9 @@ def loss_by_position(losses, text: str) -> PositionLoss:
                         slot_counts={w: cnts[w].tolist() for w in (5, 7)})
 
 
-# ---------------------------------------------------------------- 命令行：python -m gptcourse eval
-def cli_arguments(p) -> None:
-    from .data import available_corpora
-    p.add_argument("--checkpoint", default=None, help="检查点路径（默认：随课程发布的模型）")
-    p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
-    p.add_argument("--samples", type=int, default=200, help="验收用的采样首数")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--temperature", type=float, default=None,
-                   help="采样温度（默认：检查点的发布设置；设置其余各项也取发布设置）")
-    p.add_argument("--batch-size", type=int, default=32)
-
-
-def cli_main(args) -> int:
-    from . import checkpoint, release
-    from .acceptance import acceptance_checks, acceptance_table, sample_poems
-    from .data import load_corpus
-
-    from .sampling import check_sampling_args
-
-    if args.samples < 1:
-        raise ValueError(f"--samples 必须 ≥ 1，收到 {args.samples}")
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size 必须 ≥ 1，收到 {args.batch_size}")
-    if args.temperature is not None:                           # 先检查参数，再做耗时的打分
-        check_sampling_args(temperature=args.temperature)
-    model, tok, meta = checkpoint.load(args.checkpoint)
-    corpus = load_corpus(args.corpus)
-    name = args.checkpoint or "随课程发布的模型"
-    print(f"检查点：{name}（第 {meta['step']} 步）；语料 {args.corpus}")
-    val = split_metrics(model, tok, corpus.val, batch_size=args.batch_size)
-    test = split_metrics(model, tok, corpus.test, batch_size=args.batch_size)
-    base = baselines(tok, corpus.train, corpus.val, corpus.test)
-    print(f"\n{'':16}{'val loss':>10}{'test loss':>11}{'val 困惑度':>12}{'val bits/字':>12}")
-    rows = [("模型", val.loss, test.loss)] + [
-        (name + (f" k={b['k']:g}" if b["k"] else ""), b["val"], b["test"])
-        for name, b in base.items()]
-    for name, v, t in rows:
-        print(f"{name:<16}{v:>10.4f}{t:>11.4f}{math.exp(v):>13,.1f}{v / LN2:>12.3f}")
-    decoding = release.settings(meta)
-    if args.temperature is not None:
-        decoding["temperature"] = args.temperature
-    temperature = decoding.pop("temperature")
-    samples = sample_poems(model, tok, args.samples, seed=args.seed, temperature=temperature,
-                           **decoding)
-    which = "检查点的发布设置" if (meta or {}).get("release") else "默认设置"
-    print(f"\n采样 {len(samples)} 首（{which}：温度 {temperature}，"
-          + "，".join(f"{k}={v}" for k, v in decoding.items())
-          + f"；空提示，种子从 {args.seed} 起），例如：")
-    for s in samples[:3]:
-        print("  " + s)
-    checks = acceptance_checks(samples, corpus.train, val_loss=val.loss)
-    print()
-    print(acceptance_table(checks))
-    return 0 if all(c.passed for c in checks) else 1
+def poem_nll(model, tok, poems: list[str]) -> list[float]:
+    """模型自己给每首诗的负对数似然（nats/词元，温度 1）：每首单独打分，从结束符 "\n" 开始
+    （与 :func:`token_losses` 对这一首诗的打分相同），不算诗末的结束符。"""
+    if any(not p for p in poems):
+        raise UserError("不能给空诗打分")
+    return [float(token_losses(model, tok, p).mean()) for p in poems]

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from contextlib import contextmanager
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import GPTConfig
+from .errors import UserError
 from .rope import apply_rope, rope_angles
 
 
@@ -63,7 +65,7 @@ class KVCache:
             self.v.append(v.new_empty(B, H, self.max_len, D))
         kb, vb = self.k[layer], self.v[layer]
         if k.shape[0] != kb.shape[0]:
-            raise ValueError(f"缓存是按批大小 {kb.shape[0]} 建的，这次输入的批大小是 {k.shape[0]}；"
+            raise UserError(f"缓存是按批大小 {kb.shape[0]} 建的，这次输入的批大小是 {k.shape[0]}；"
                              "换一批输入请用 model.new_cache() 新建缓存")
         end = start + k.shape[2]
         kb[:, :, start:end] = k
@@ -84,6 +86,38 @@ class KVCache:
         return sum(t.numel() * t.element_size() for kv in self.layers for t in kv)
 
 
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
+                     dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """带因果掩码的缩放点积注意力，一个纯函数（模型的手写路径、mistakes 与检查器都用它）。
+
+    q [B, H, T, D]，k、v [B, H, S, D]，mask [T, S]（True = 可以看）→
+    (输出 [B, H, T, D], 缩放后、掩码前的分数 [B, H, T, S], softmax 之后的权重 [B, H, T, S])。
+    ``dropout_p`` 只在训练时传入非 0（作用在权重上，返回的权重是 dropout 之前的）。
+    """
+    scores = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])     # [B, H, T, S]
+    weights = scores.masked_fill(~mask, float("-inf")).softmax(-1)  # 未来 → −∞ → 0；对"键"归一化
+    y = F.dropout(weights, dropout_p, dropout_p > 0) @ v            # [B, H, T, D]
+    return y, scores, weights
+
+
+@contextmanager
+def record_attention(model: nn.Module):
+    """``with record_attention(model) as rec: model(idx)`` → ``rec[i]`` 是第 i 个注意力层的
+    ``{"scores": [B, H, T, S], "weights": [B, H, T, S]}``（最近一次前向）。
+
+    记录期间注意力走手写路径（:func:`causal_attention`）；离开 with 后模型恢复原样。
+    """
+    layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
+    rec: list[dict] = [{} for _ in layers]
+    for layer, slot in zip(layers, rec):
+        layer._record = slot
+    try:
+        yield rec
+    finally:
+        for layer in layers:
+            layer._record = None
+
+
 class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -96,15 +130,13 @@ class CausalSelfAttention(nn.Module):
             self.v = nn.Linear(C, C, bias=cfg.bias)
         self.proj = nn.Linear(C, C, bias=cfg.bias)
         self.proj.is_residual_proj = True
-        self.attn_dropout, self.resid_drop = cfg.attn_dropout, nn.Dropout(cfg.resid_dropout)
+        self.attn_p, self.resid_drop = cfg.attn_dropout, nn.Dropout(cfg.resid_dropout)
         self.use_sdpa = cfg.attention == "sdpa"
         self.use_rope = cfg.pos == "rope"
         # 因果掩码：下三角为 True（可以看）。buffer 会随 .to(device) 移动、存进 state_dict，但不训练
         self.register_buffer("mask", torch.tril(torch.ones(cfg.block_size, cfg.block_size,
                                                            dtype=torch.bool)))
-        self.store_attn = False                  # 为 True 时走手写路径并保存注意力权重
-        self.last_attn: torch.Tensor | None = None     # softmax 之后的权重 [B, H, T, S]
-        self.last_scores: torch.Tensor | None = None   # 缩放后、掩码前的分数 [B, H, T, S]
+        self._record: dict | None = None         # record_attention() 期间：在这里留下分数与权重
 
     def split_qkv(self, x: torch.Tensor):
         """x [B, T, C] → q, k, v 各 [B, T, C]。"""
@@ -124,7 +156,6 @@ class CausalSelfAttention(nn.Module):
     def forward(self, x, rope=None, cache: KVCache | None = None, layer: int = 0, start: int = 0):
         """x [B, T, C] → [B, T, C]。start：这批新词元在序列里的绝对起始位置（= 缓存长度）。"""
         B, T, C = x.shape
-        D = self.head_dim
         qkv = self.split_heads(x)                                    # [3, B, H, T, D]
         if self.use_rope:                                            # 只旋转 Q 和 K，V 不动
             cos, sin = rope
@@ -135,24 +166,17 @@ class CausalSelfAttention(nn.Module):
         if cache is not None:
             k, v = cache.write(layer, start, k, v)                   # [B, H, S, D]，S = start + T
         S = k.shape[2]
-        p = self.attn_dropout if self.training else 0.0              # eval 时必须关掉 dropout
-        if self.use_sdpa and not self.store_attn:
+        p = self.attn_p if self.training else 0.0                    # eval 时必须关掉 dropout
+        if self.use_sdpa and self._record is None:
             # 三种情形：从位置 0 开始 → 标准因果掩码（is_causal）；缓存之后只有 1 个新位置 →
             # 它可以看全部 S 个键，不需要掩码；缓存之后多个新位置 → 取掩码的 [start:start+T] 行
             mask = None if start == 0 or T == 1 else self.mask[start:start + T, :S]
             y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p,
                                                is_causal=start == 0 and T > 1)
-        else:
-            mask = self.mask[start:start + T, :S]                    # [T, S]，True = 可以看
-            att = (q @ k.transpose(-2, -1)) / math.sqrt(D)           # [B, H, T, S]
-            if self.store_attn:
-                self.last_scores = att.detach()
-            att = att.masked_fill(~mask, float("-inf"))              # 未来位置 → −∞
-            att = F.softmax(att, dim=-1)                             # 对"键"那一维归一化；−∞ → 0
-            if self.store_attn:
-                self.last_attn = att.detach()
-            att = F.dropout(att, p, self.training)
-            y = att @ v                                              # [B, H, T, D]
+        else:                                                        # 手写路径：同一个纯函数
+            y, scores, weights = causal_attention(q, k, v, self.mask[start:start + T, :S], p)
+            if self._record is not None:
+                self._record.update(scores=scores.detach(), weights=weights.detach())
         y = y.transpose(1, 2).reshape(B, T, C)                       # 合并各头 → [B, T, C]
         return self.resid_drop(self.proj(y))
 
@@ -229,15 +253,18 @@ class GPT(nn.Module):
         return KVCache(self.config.n_layer, self.config.block_size)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None,
-                cache: KVCache | None = None):
-        """idx [B, T] → (logits [B, T, V], loss 或 None)。传入 cache 时只算新位置并追加 K/V。"""
+                cache: KVCache | None = None, last_only: bool = False):
+        """idx [B, T] → (logits [B, T, V], loss 或 None)。传入 cache 时只算新位置并追加 K/V。
+
+        ``last_only=True``（生成时）：输出头只算最后一个位置 → logits [B, 1, V]；输出头约占每个
+        位置三分之一的计算，整段重算时其余位置的 logits 用不上。"""
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
-            raise ValueError(f"idx 应是 [B, T] 的整数张量，收到 {tuple(idx.shape)} {idx.dtype}")
+            raise UserError(f"idx 应是 [B, T] 的整数张量，收到 {tuple(idx.shape)} {idx.dtype}")
         B, T = idx.shape
         start = cache.length if cache is not None else 0
         limit = self.config.block_size
         if start + T > limit:
-            raise ValueError(f"序列长度 {start + T}（缓存 {start} + 新输入 {T}）超过模型的上下文 "
+            raise UserError(f"序列长度 {start + T}（缓存 {start} + 新输入 {T}）超过模型的上下文 "
                              f"block_size={limit}；请把输入裁剪到最后 {limit} 个词元")
         x = self.tok_emb(idx)                                        # [B, T, C]
         rope = None
@@ -250,7 +277,11 @@ class GPT(nn.Module):
             x = block(x, rope, cache, i, start)
         if cache is not None:
             cache.advance(T)                                         # 所有层都写完了，缓存前进
-        logits = self.lm_head(self.norm_f(x))                        # [B, T, V]
+        if last_only:
+            if targets is not None:
+                raise UserError("last_only=True 只用于生成，不能同时计算损失（targets）")
+            x = x[:, -1:]                                            # [B, 1, C]
+        logits = self.lm_head(self.norm_f(x))                        # [B, T, V]（或 [B, 1, V]）
         loss = None
         if targets is not None:
             loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
@@ -262,15 +293,11 @@ class GPT(nn.Module):
         """每层的注意力权重 [B, H, T, T]（eval 模式下临时走手写路径，不影响训练速度）。"""
         was_training = self.training
         self.eval()
-        attns = [b.attn for b in self.blocks]
-        for a in attns:
-            a.store_attn = True
         try:
-            self(idx)
-            return [a.last_attn for a in attns]
+            with record_attention(self) as rec:
+                self(idx)
+            return [r["weights"] for r in rec]
         finally:
-            for a in attns:
-                a.store_attn, a.last_attn, a.last_scores = False, None, None
             self.train(was_training)
 
 

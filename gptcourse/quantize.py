@@ -23,11 +23,13 @@ import warnings
 import torch
 import torch.nn as nn
 
+from .errors import UserError
+
 
 def quantize_dynamic_int8(model: nn.Module, include_head: bool = False) -> nn.Module:
     """返回 model 的动态 int8 量化副本（原模型不变）。只支持 CPU。"""
     if next(model.parameters()).device.type != "cpu":
-        raise ValueError("动态 int8 量化只支持 CPU 上的模型；请先 model.to('cpu')")
+        raise UserError("动态 int8 量化只支持 CPU 上的模型；请先 model.to('cpu')")
     names = {n for n, m in model.named_modules() if isinstance(m, nn.Linear)
              and (include_head or n != "lm_head")}
     with warnings.catch_warnings():
@@ -67,7 +69,7 @@ def decode_speed(model: nn.Module, n_tokens: int = 64, prompt_len: int = 8, batc
     """
     cfg = model.config
     if prompt_len + n_tokens > cfg.block_size:
-        raise ValueError(f"prompt_len + n_tokens = {prompt_len + n_tokens} 超过 "
+        raise UserError(f"prompt_len + n_tokens = {prompt_len + n_tokens} 超过 "
                          f"block_size={cfg.block_size}")
     g = torch.Generator().manual_seed(seed)
     start = torch.randint(cfg.vocab_size, (batch, prompt_len), generator=g)   # [B, P]

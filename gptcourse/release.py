@@ -10,11 +10,17 @@ import itertools
 
 import numpy as np
 
-from .acceptance import acceptance_checks, poem_nll, sample_poems
+from .acceptance import acceptance_checks, distinct_n
+from .errors import UserError
+from .evaluate import poem_nll
+from .generate import VerseSpec, sample_poems
+from .sampling import SamplingParams
+from .verse import is_valid_form, rates
 
-# 没有发布设置的检查点（例如自己刚训练的）用的默认值
-FALLBACK = {"temperature": 0.8, "top_k": None, "top_p": None, "repetition_penalty": 1.0,
-            "rhyme": False, "tones": False}
+# 发布设置里可以有的键：采样参数 + 押韵/平仄（诗体与藏头由用户每次自己选）
+SETTING_KEYS = (*SamplingParams.names(), "rhyme", "tones")
+# 没有发布设置的检查点（例如自己刚训练的）：SamplingParams 与 VerseSpec 的默认值
+FALLBACK = {**SamplingParams().to_dict(), "rhyme": VerseSpec().rhyme, "tones": VerseSpec().tones}
 GRID = {"temperature": (0.8, 0.9, 1.0), "top_p": (None, 0.95), "rhyme": (False, True)}
 # (起始种子, 首数)。首数必须与门槛定下时一样（200 首）：distinct-n 随首数增多而变小，
 # 100 首上通过的设置到 200 首可能不通过（第一次挑选就这样失败过）。
@@ -23,17 +29,55 @@ CONFIRM_SEEDS = (50_000, 200)    # 确认用：与挑选时不重叠
 
 
 def settings(meta: dict | None) -> dict:
-    """检查点的发布解码设置（没有时退回 FALLBACK）。"""
+    """检查点的发布解码设置（没有时退回 FALLBACK）；不合法的设置 → UserError。"""
     release = (meta or {}).get("release") or {}
-    return {**FALLBACK, **(release.get("settings") or {})}
+    if not isinstance(release, dict):
+        raise UserError(f"检查点的 meta['release'] 应是字典，收到 {type(release).__name__}")
+    return validate_settings(release.get("settings") or {})
+
+
+def validate_settings(given: dict) -> dict:
+    """一组发布设置 → 补全后的字典。
+
+    键只能是 SETTING_KEYS，值由 SamplingParams / VerseSpec 检查。"""
+    if not isinstance(given, dict):
+        raise UserError(f"发布设置应是字典，收到 {type(given).__name__}")
+    unknown = sorted(set(given) - set(SETTING_KEYS))
+    if unknown:
+        raise UserError(f"发布设置里有未知的键：{', '.join(map(str, unknown))}")
+    merged = {**FALLBACK, **given}
+    SamplingParams.from_dict(merged)
+    VerseSpec(rhyme=merged["rhyme"], tones=merged["tones"])
+    return merged
+
+
+def for_request(meta: dict | None, given: dict, max_new_tokens: int | None = None) -> dict:
+    """用户这次给的参数（None = 没给）叠在发布设置上 → generate 的关键字参数。
+
+    发布设置里的押韵/平仄是为"写一首完整的诗"定的：用户限定了 ``max_new_tokens``（只想续写
+    几个字）而自己没要求押韵/平仄、也没选诗体或藏头时，它们不生效——否则只写 16 个字的请求会
+    因为"不够写完一首押韵的诗"而失败。用户明确要求的约束照常检查。"""
+    return whole_poem_only(settings(meta), {k: v for k, v in given.items() if v is not None},
+                           max_new_tokens)
+
+
+def whole_poem_only(defaults: dict, given: dict, max_new_tokens: int | None) -> dict:
+    """``defaults`` 叠上用户明确给出的 ``given``；规则见 :func:`for_request`（网页服务也用它）。"""
+    decoding = dict(defaults)
+    whole_poem = max_new_tokens is None or given.get("form") or given.get("acrostic")
+    if not whole_poem:
+        decoding.update(rhyme=False, tones=False)
+    decoding.update(given)
+    if decoding.get("rhyme_group"):
+        decoding["rhyme"] = True
+    return decoding
 
 
 def evaluate_setting(model, tok, train_text: str, val_loss: float, setting: dict,
                      seeds: tuple[int, int]) -> dict:
     """按一组设置采样 seeds[1] 首（种子从 seeds[0] 起），返回验收结果与平均负对数似然。"""
     start, n = seeds
-    kw = {k: v for k, v in setting.items() if k != "temperature"}
-    poems = sample_poems(model, tok, n, seed=start, temperature=setting["temperature"], **kw)
+    poems = sample_poems(model, tok, n, seed=start, **setting)
     checks = acceptance_checks(poems, train_text, val_loss=val_loss)
     scored = [p for p in poems if p]
     return {"setting": dict(setting), "seeds": list(seeds), "passed": all(c.passed for c in checks),
@@ -73,3 +117,30 @@ def _label(s: dict) -> str:
     parts += ["押韵约束"] if s.get("rhyme") else []
     parts += ["平仄约束"] if s.get("tones") else []
     return "、".join(parts)
+
+
+
+# ---------------------------------------------------------------- 约束的代价
+CONSTRAINT_SETTINGS = {                  # constraint_cost 比较的几种解码方式
+    "自由": {},
+    "诗体": {"form": None},
+    "诗体+押韵": {"form": None, "rhyme": True},
+    "诗体+押韵+平仄": {"form": None, "rhyme": True, "tones": True},
+}
+
+
+def constraint_cost(model, tok, n: int = 100, form: str = "五律", seed: int = 0,
+                    temperature: float = 0.8) -> dict[str, dict[str, float]]:
+    """约束的代价：每种解码方式（``CONSTRAINT_SETTINGS``，诗体都用 form）各采样 n 首，量
+    模型自己的负对数似然（nats/字，越低 = 模型越"情愿"写）、distinct-1/2、诗体合格率、押韵率与
+    平仄合格率。同一个种子序列，所以各行只差在约束上。"""
+    table = {}
+    for name, kw in CONSTRAINT_SETTINGS.items():
+        kw = {k: (form if k == "form" else v) for k, v in kw.items()}
+        poems = sample_poems(model, tok, n, seed=seed, temperature=temperature, **kw)
+        rhyme_rate, tonal_share = rates(poems)
+        table[name] = {"nll": float(np.mean(poem_nll(model, tok, poems))),
+                       "distinct_1": distinct_n(poems, 1), "distinct_2": distinct_n(poems, 2),
+                       "form_rate": sum(map(is_valid_form, poems)) / n,
+                       "rhyme_rate": rhyme_rate, "tonal_share": tonal_share}
+    return table

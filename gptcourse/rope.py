@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import torch
 
+from .errors import UserError
+
 
 def rope_angles(head_dim: int, n_pos: int, base: float = 10000.0) -> torch.Tensor:
     """角度表 [n_pos, head_dim/2]：第 m 行第 i 列是 m·θ_i。"""
     if head_dim % 2:
-        raise ValueError(f"RoPE 需要偶数维度，收到 {head_dim}")
+        raise UserError(f"RoPE 需要偶数维度，收到 {head_dim}")
     inv_freq = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float64) / head_dim)  # [D/2]
     pos = torch.arange(n_pos, dtype=torch.float64)                                     # [P]
     return torch.outer(pos, inv_freq).float()                                          # [P, D/2]

@@ -1,12 +1,13 @@
-"""运行环境：随机种子、设备、快速模式，以及笔记本开头那一次 ``setup()`` 调用。"""
+"""运行环境：随机种子、设备、快速模式与路径（最底层：不导入 gptcourse 的任何模块）。"""
 from __future__ import annotations
 
 import os
 import random
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+
+from .errors import UserError
 
 ROOT = Path(__file__).resolve().parent.parent          # 仓库根目录（可编辑安装时）
 DATA_DIR = ROOT / "data"                                # 语料、许可证、预训练检查点
@@ -36,13 +37,13 @@ def get_device(prefer: str | None = None) -> torch.device:
         try:
             device = torch.device(prefer)
         except (RuntimeError, TypeError):
-            raise ValueError(f"不认识的设备 {prefer!r}；可选：cpu、cuda、cuda:0、mps") from None
+            raise UserError(f"不认识的设备 {prefer!r}；可选：cpu、cuda、cuda:0、mps") from None
         if device.type == "cuda" and not torch.cuda.is_available():
-            raise ValueError(f"设备 {prefer!r} 不可用：这台机器没有可用的 CUDA")
+            raise UserError(f"设备 {prefer!r} 不可用：这台机器没有可用的 CUDA")
         if device.type == "mps" and not _mps_available():
-            raise ValueError(f"设备 {prefer!r} 不可用：这台机器没有 Apple MPS")
+            raise UserError(f"设备 {prefer!r} 不可用：这台机器没有 Apple MPS")
         if device.type not in ("cpu", "cuda", "mps"):
-            raise ValueError(f"不支持的设备 {prefer!r}；可选：cpu、cuda、mps")
+            raise UserError(f"不支持的设备 {prefer!r}；可选：cpu、cuda、mps")
         return device
     if torch.cuda.is_available():
         return torch.device("cuda")
@@ -53,30 +54,3 @@ def get_device(prefer: str | None = None) -> torch.device:
 
 def _mps_available() -> bool:
     return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
-
-
-@dataclass(frozen=True)
-class Settings:
-    seed: int
-    quick: bool
-    device: torch.device
-    font: str | None
-
-    def __repr__(self) -> str:  # 笔记本里打印得短一些
-        mode = "快速模式" if self.quick else "完整模式"
-        return f"Settings(seed={self.seed}, {mode}, device={self.device.type}, font={self.font!r})"
-
-
-def setup(seed: int = 0, quick: bool | None = None, plots: bool = True) -> Settings:
-    """笔记本的第一行：设种子、选设备、注册中文字体与绘图默认值，返回当前设置。
-
-    ``quick=None`` 时读取环境变量 GPTCOURSE_QUICK。
-    """
-    if quick is not None:
-        os.environ[QUICK_ENV] = "1" if quick else "0"
-    set_seed(seed)
-    font = None
-    if plots:
-        from .viz.fonts import configure_matplotlib
-        font = configure_matplotlib()
-    return Settings(seed=seed, quick=is_quick(), device=get_device(), font=font)

@@ -2,7 +2,8 @@
 
 解码循环（:mod:`gptcourse.generate`）每一步按这个顺序调用它们：
 重复惩罚 → 格式掩码 → 温度 → top-k → top-p → softmax → 抽样（温度 0 时直接 argmax）。
-这些函数也从 ``gptcourse.generate`` 导出。
+采样参数只有一个定义：:class:`SamplingParams`（冻结、构造时检查一次）。库的 ``generate()``、
+命令行、网页服务与发布设置都用它和它的默认值（温度 1 = 模型自己的分布，不截断，不惩罚）。
 
 数值边界（极端但合法的参数不会让 ``torch.multinomial`` 崩溃）：
 
@@ -15,7 +16,11 @@
 """
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, fields
+
 import torch
+
+from .errors import UserError
 
 NEG_INF = float("-inf")
 GREEDY_BELOW = 1e-6              # 比它还小的正温度按贪心（τ → 0 的极限）处理
@@ -27,19 +32,50 @@ MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
 def check_sampling_args(temperature=1.0, top_k=None, top_p=None, repetition_penalty=1.0) -> None:
     """不合法的采样参数 → ValueError（说明哪个参数、收到了什么、应该是什么）。"""
     if not _is_real(temperature) or not 0 <= temperature < float("inf"):
-        raise ValueError(f"temperature 必须是 ≥ 0 的有限数（0 = 贪心），收到 {temperature!r}")
+        raise UserError(f"temperature 必须是 ≥ 0 的有限数（0 = 贪心），收到 {temperature!r}")
     if temperature > MAX_TEMPERATURE:
-        raise ValueError(f"temperature 最大为 {MAX_TEMPERATURE:g}（更大时分布已几乎均匀），"
+        raise UserError(f"temperature 最大为 {MAX_TEMPERATURE:g}（更大时分布已几乎均匀），"
                          f"收到 {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
-        raise ValueError(f"top_k 必须是 ≥ 1 的整数或 None，收到 {top_k!r}")
+        raise UserError(f"top_k 必须是 ≥ 1 的整数或 None，收到 {top_k!r}")
     if top_p is not None and (not _is_real(top_p) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p 必须在 (0, 1] 之内或为 None，收到 {top_p!r}")
+        raise UserError(f"top_p 必须在 (0, 1] 之内或为 None，收到 {top_p!r}")
     if not _is_real(repetition_penalty) \
             or not MIN_REPETITION_PENALTY <= repetition_penalty <= MAX_REPETITION_PENALTY:
-        raise ValueError(f"repetition_penalty 必须在 [{MIN_REPETITION_PENALTY:g}, "
+        raise UserError(f"repetition_penalty 必须在 [{MIN_REPETITION_PENALTY:g}, "
                          f"{MAX_REPETITION_PENALTY:g}] 之内（1 = 不惩罚），"
                          f"收到 {repetition_penalty!r}")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """解码时怎样从 logits 里选词：温度（0 = 贪心）、top-k、top-p、重复惩罚。
+
+    默认值 = 模型自己的分布（温度 1、不截断、不惩罚）。不合法的值在构造时就报错
+    （:class:`~gptcourse.errors.UserError`，说明哪个参数、收到了什么）。
+
+    >>> SamplingParams(temperature=0.8).top_p is None
+    True
+    """
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float = 1.0
+
+    def __post_init__(self):
+        check_sampling_args(self.temperature, self.top_k, self.top_p, self.repetition_penalty)
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SamplingParams":
+        """从字典里取出采样参数（其余键忽略）。"""
+        return cls(**{k: d[k] for k in cls.names() if k in d})
+
+    def to_dict(self) -> dict:
+        return asdict(self)
 
 
 def _is_real(v) -> bool:
@@ -59,7 +95,11 @@ def apply_temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     """
     check_sampling_args(temperature=temperature)
     if temperature == 0:
-        raise ValueError("temperature=0 表示贪心解码，不能用来除 logits；请直接取 argmax")
+        raise UserError("temperature=0 表示贪心解码，不能用来除 logits；请直接取 argmax")
+    return _temperature(logits, temperature)
+
+
+def _temperature(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     if temperature < GREEDY_BELOW:
         return logits.masked_fill(logits < logits.amax(-1, keepdim=True), NEG_INF)
     return logits / temperature
@@ -74,6 +114,10 @@ def top_k_filter(logits: torch.Tensor, k: int | None) -> torch.Tensor:
     if k is None:
         return logits
     check_sampling_args(top_k=k)
+    return _top_k(logits, k)
+
+
+def _top_k(logits: torch.Tensor, k: int) -> torch.Tensor:
     k = min(k, logits.size(-1))
     kth = torch.topk(logits, k, dim=-1).values[..., -1:]              # 第 k 大的值 [..., 1]
     return logits.masked_fill(logits < kth, NEG_INF)
@@ -90,6 +134,10 @@ def top_p_filter(logits: torch.Tensor, p: float | None) -> torch.Tensor:
     if p is None:
         return logits
     check_sampling_args(top_p=p)
+    return _top_p(logits, p)
+
+
+def _top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
     if p >= 1:
         return logits
     sorted_logits, order = torch.sort(logits, dim=-1, descending=True, stable=True)
@@ -115,7 +163,7 @@ def apply_repetition_penalty(logits: torch.Tensor, ids, penalty: float) -> torch
     if penalty == 1 or ids.numel() == 0:
         return logits
     if ids.dim() != logits.dim():
-        raise ValueError(f"ids 的维数 {ids.dim()} 与 logits 的维数 {logits.dim()} 不一致")
+        raise UserError(f"ids 的维数 {ids.dim()} 与 logits 的维数 {logits.dim()} 不一致")
     score = logits.gather(-1, ids)
     score = torch.where(score > 0, score / penalty, score * penalty)
     return logits.scatter(-1, ids, score)
@@ -142,23 +190,40 @@ def sample_rows(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     温度、top-k、top-p、softmax 整批一次算完；只有抽样这一步逐行（每行有自己的随机数发生器）。
     第 i 行的结果与 ``sample_next(logits[i], …, generator=generators[i])`` 相同。
     """
-    probs = _probs(logits, temperature, top_k, top_p)
-    if probs is None:
-        return logits.argmax(-1)
-    if generators is None or all(g is None for g in generators):
-        return torch.multinomial(probs, 1).squeeze(-1)
-    if len(generators) != probs.shape[0]:
-        raise ValueError(f"generators 有 {len(generators)} 个，logits 却有 {probs.shape[0]} 行")
-    rows = zip(probs.unbind(0), generators)
-    return torch.cat([torch.multinomial(p, 1, generator=g) for p, g in rows])
+    params = SamplingParams(temperature, top_k, top_p)
+    generators = [None] * logits.shape[0] if generators is None else list(generators)
+    if len(generators) != logits.shape[0]:
+        raise UserError(f"generators 有 {len(generators)} 个，logits 却有 {logits.shape[0]} 行")
+    return sample_with(logits, params, generators)
 
 
 def _probs(logits, temperature, top_k, top_p) -> torch.Tensor | None:
     """温度 → top-k → top-p → softmax 之后的概率 [..., V]；temperature=0（贪心）时返回 None。"""
     check_sampling_args(temperature, top_k, top_p)
+    return _filtered_probs(logits, temperature, top_k, top_p)
+
+
+def _filtered_probs(logits, temperature, top_k, top_p) -> torch.Tensor | None:
+    """同 :func:`_probs`，但不再检查参数（解码循环里的参数已由 SamplingParams 检查过）。"""
     if torch.isneginf(logits).all(-1).any():
-        raise ValueError("没有任何可选的词元（所有 logits 都被屏蔽成了 −∞）")
+        raise UserError("没有任何可选的词元（所有 logits 都被屏蔽成了 −∞）")
     if temperature == 0:
         return None
-    logits = apply_temperature(logits.float(), temperature)
-    return top_p_filter(top_k_filter(logits, top_k), top_p).softmax(-1)
+    logits = _temperature(logits.float(), temperature)
+    if top_k is not None:
+        logits = _top_k(logits, top_k)
+    if top_p is not None:
+        logits = _top_p(logits, top_p)
+    return logits.softmax(-1)
+
+
+def sample_with(logits: torch.Tensor, params: SamplingParams,
+                generators: list[torch.Generator | None]) -> torch.Tensor:
+    """解码循环用：logits [B, V] 按已检查过的 ``params`` 选词 → [B]；第 i 行用 generators[i]。"""
+    probs = _filtered_probs(logits, params.temperature, params.top_k, params.top_p)
+    if probs is None:
+        return logits.argmax(-1)
+    if all(g is None for g in generators):
+        return torch.multinomial(probs, 1).squeeze(-1)
+    return torch.cat([torch.multinomial(p, 1, generator=g)
+                      for p, g in zip(probs.unbind(0), generators)])

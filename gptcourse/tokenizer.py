@@ -19,11 +19,13 @@ import operator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from .errors import UserError
+
 EOS = "\n"          # 诗的结束符
 UNK = "\ufffd"      # <unk> 的显示字符：Unicode 的"替换字符"
 
 
-class UnknownCharacterError(ValueError):
+class UnknownCharacterError(UserError):
     """文本里有词表之外的字。``chars`` 属性列出它们（按首次出现顺序）。"""
 
     def __init__(self, chars: list[str]):
@@ -67,14 +69,14 @@ def check_text(text) -> str:
 def check_ids(ids, vocab_size: int) -> list[int]:
     """id 序列（list、元组或 1-D 张量/数组）→ Python 整数列表；越界或不是整数 → ValueError。"""
     if isinstance(ids, (str, bytes)):
-        raise ValueError(f"decode 需要 id 序列，收到 {type(ids).__name__}")
+        raise UserError(f"decode 需要 id 序列，收到 {type(ids).__name__}")
     if hasattr(ids, "tolist"):
         ids = ids.tolist()
     ids = list(ids)
     out = [_as_id(i) for i in ids]
     bad = [i for i, j in zip(ids, out) if j is None or not 0 <= j < vocab_size]
     if bad:
-        raise ValueError(f"id 超出词表范围 [0, {vocab_size})：{bad[:10]}")
+        raise UserError(f"id 超出词表范围 [0, {vocab_size})：{bad[:10]}")
     return out
 
 
@@ -96,7 +98,7 @@ def read_json(path: str | Path) -> dict:
     except FileNotFoundError:
         raise
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise ValueError(f"{path.name} 不是可读取的分词器 JSON 文件（{type(e).__name__}）"
+        raise UserError(f"{path.name} 不是可读取的分词器 JSON 文件（{type(e).__name__}）"
                          ) from None
     return check_dict(d)
 
@@ -104,22 +106,22 @@ def read_json(path: str | Path) -> dict:
 def check_dict(d, kind: str | None = None) -> dict:
     """分词器数据必须是 dict；给了 kind 时 ``type`` 字段必须等于它。"""
     if not isinstance(d, dict):
-        raise ValueError(f"分词器数据应是 JSON 对象（dict），收到 {type(d).__name__}")
+        raise UserError(f"分词器数据应是 JSON 对象（dict），收到 {type(d).__name__}")
     if kind is not None and d.get("type") != kind:
         name = {"char": "字符", "bpe": " BPE "}.get(kind, kind)
-        raise ValueError(f"不是{name}分词器的数据（type={d.get('type')!r}）")
+        raise UserError(f"不是{name}分词器的数据（type={d.get('type')!r}）")
     return d
 
 
 def field(d: dict, key: str, typ: type | tuple[type, ...]):
     """取出 d[key] 并检查类型（bool 不冒充 int）；缺少或类型不对 → ValueError。"""
     if key not in d:
-        raise ValueError(f"分词器数据缺少字段 {key!r}")
+        raise UserError(f"分词器数据缺少字段 {key!r}")
     v = d[key]
     types = typ if isinstance(typ, tuple) else (typ,)
     if not isinstance(v, types) or (isinstance(v, bool) and bool not in types):
         names = "/".join(t.__name__ for t in types)
-        raise ValueError(f"分词器字段 {key!r} 应是 {names}，收到 {v!r}")
+        raise UserError(f"分词器字段 {key!r} 应是 {names}，收到 {v!r}")
     return v
 
 
@@ -130,7 +132,7 @@ class CharTokenizer:
     def __init__(self, chars: list[str], unk: bool = True):
         chars = sorted(set(chars) - {UNK})
         if any(not isinstance(c, str) or len(c) != 1 for c in chars):
-            raise ValueError("CharTokenizer 的词表只能由单个字符组成")
+            raise UserError("CharTokenizer 的词表只能由单个字符组成")
         self.has_unk = unk
         self.itos: list[str] = ([UNK] if unk else []) + chars     # id → 字符
         self.stoi: dict[str, int] = {c: i for i, c in enumerate(self.itos)}  # 字符 → id
@@ -139,7 +141,7 @@ class CharTokenizer:
     def from_text(cls, text: str, unk: bool = True) -> "CharTokenizer":
         """用训练文本中出现过的全部字符建词表（``unk=True`` 时 id 0 留给 <unk>）。"""
         if not check_text(text):
-            raise ValueError("不能用空文本建词表")
+            raise UserError("不能用空文本建词表")
         return cls(list(set(text)), unk=unk)
 
     @property
@@ -150,7 +152,7 @@ class CharTokenizer:
     def eos_id(self) -> int:
         """换行符（诗的结束）的 id。"""
         if EOS not in self.stoi:
-            raise ValueError("词表里没有换行符，无法标记诗的结束")
+            raise UserError("词表里没有换行符，无法标记诗的结束")
         return self.stoi[EOS]
 
     @property
@@ -164,13 +166,13 @@ class CharTokenizer:
     def encode(self, text: str, errors: str = "strict") -> list[int]:
         """字符串 → id 列表。"""
         if errors not in ("strict", "unk"):
-            raise ValueError(f"errors 只能是 'strict' 或 'unk'，收到 {errors!r}")
+            raise UserError(f"errors 只能是 'strict' 或 'unk'，收到 {errors!r}")
         missing = self.unknown_chars(text)
         if missing:
             if errors == "strict":
                 raise UnknownCharacterError(missing)
             if not self.has_unk:
-                raise ValueError("这个词表没有 <unk>，不能使用 errors='unk'")
+                raise UserError("这个词表没有 <unk>，不能使用 errors='unk'")
         return [self.stoi.get(c, 0) for c in text]
 
     def decode(self, ids) -> str:
@@ -203,22 +205,3 @@ class CharTokenizer:
 
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size}, unk={self.has_unk})"
-
-
-def tokenizer_from_dict(d: dict) -> Tokenizer:
-    """按 ``type`` 字段还原任意一种分词器（检查点用）；不认识的数据 → ValueError。"""
-    kind = check_dict(d).get("type")
-    if kind == "char":
-        return CharTokenizer.from_dict(d)
-    if kind == "bpe":
-        from .bpe import BPETokenizer
-        return BPETokenizer.from_dict(d)
-    raise ValueError(f"未知的分词器类型 {kind!r}")
-
-
-def __getattr__(name: str):
-    # BPETokenizer 住在 bpe.py（一个模块一个概念），它要用这里的检查函数，所以按需转出
-    if name == "BPETokenizer":
-        from .bpe import BPETokenizer
-        return BPETokenizer
-    raise AttributeError(name)

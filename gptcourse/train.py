@@ -22,6 +22,7 @@ from tqdm.auto import tqdm
 
 from . import distributed as dist_utils
 from .data import get_batch
+from .errors import UserError
 from .model import GPT
 from .precision import BF16_MODES, Bf16Weights, resolve_bf16
 
@@ -49,28 +50,28 @@ class TrainConfig:
 
     def __post_init__(self):
         if self.max_steps is None and self.max_minutes is None:
-            raise ValueError("需要训练预算：max_steps 或 max_minutes 至少给一个")
+            raise UserError("需要训练预算：max_steps 或 max_minutes 至少给一个")
         if self.max_steps is not None and self.max_steps < 1:
-            raise ValueError(f"max_steps 必须 ≥ 1，收到 {self.max_steps}")
+            raise UserError(f"max_steps 必须 ≥ 1，收到 {self.max_steps}")
         if self.max_minutes is not None and not 0 < self.max_minutes < math.inf:
-            raise ValueError(f"max_minutes 必须 > 0，收到 {self.max_minutes}")
+            raise UserError(f"max_minutes 必须 > 0，收到 {self.max_minutes}")
         for name in ("batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval"):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name} 必须 ≥ 1，收到 {getattr(self, name)}")
+                raise UserError(f"{name} 必须 ≥ 1，收到 {getattr(self, name)}")
         if not (math.isfinite(self.lr) and self.lr > 0):
-            raise ValueError(f"需要 lr > 0 的有限数，收到 lr={self.lr}")
+            raise UserError(f"需要 lr > 0 的有限数，收到 lr={self.lr}")
         if self.warmup_steps < 0 or not 0 <= self.grad_clip < math.inf:
-            raise ValueError(f"需要 warmup_steps ≥ 0、0 ≤ grad_clip < ∞，收到 "
+            raise UserError(f"需要 warmup_steps ≥ 0、0 ≤ grad_clip < ∞，收到 "
                              f"warmup_steps={self.warmup_steps}、grad_clip={self.grad_clip}")
         if not 0 <= self.weight_decay < math.inf or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"需要 weight_decay ≥ 0（有限）、betas 在 [0, 1) 内，收到 "
+            raise UserError(f"需要 weight_decay ≥ 0（有限）、betas 在 [0, 1) 内，收到 "
                              f"weight_decay={self.weight_decay}、betas={self.betas}")
         if not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(f"min_lr_ratio 必须在 [0, 1] 内，收到 {self.min_lr_ratio}")
+            raise UserError(f"min_lr_ratio 必须在 [0, 1] 内，收到 {self.min_lr_ratio}")
         if self.bf16 not in (True, False, "auto"):
-            raise ValueError(f"bf16 只能是 True、False 或 'auto'，收到 {self.bf16!r}")
+            raise UserError(f"bf16 只能是 True、False 或 'auto'，收到 {self.bf16!r}")
         if self.bf16_mode not in BF16_MODES:
-            raise ValueError(f"bf16_mode 只能是 {' 或 '.join(BF16_MODES)}，收到 {self.bf16_mode!r}")
+            raise UserError(f"bf16_mode 只能是 {' 或 '.join(BF16_MODES)}，收到 {self.bf16_mode!r}")
 
 
 class TrainingDiverged(RuntimeError):
@@ -178,13 +179,6 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, torch.Tensor], batch
     return out
 
 
-def bf16_is_faster(device: torch.device | str = "cpu") -> bool:
-    """旧名字，只为笔记本兼容：实测计时的版本已移到 ``gc.bench.training.bf16_is_faster``。
-    训练本身按硬件能力决定 bf16（:func:`gptcourse.precision.bf16_decision`）。"""
-    from .bench.training import bf16_is_faster as measured
-    return measured(device)
-
-
 @dataclass
 class History:
     """训练记录：每步一行（step, loss, lr, grad_norm, tokens_per_s），每次评估一行。
@@ -246,7 +240,7 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     use_bf16, reason = resolve_bf16(cfg.bf16, device)
     shadow = Bf16Weights(model) if use_bf16 and cfg.bf16_mode == "weights" else None
     if shadow is not None and world > 1:
-        raise ValueError("bf16_mode='weights' 还不支持多进程（DDP），请用 'autocast'")
+        raise UserError("bf16_mode='weights' 还不支持多进程（DDP），请用 'autocast'")
     amp = torch.autocast(device.type, dtype=torch.bfloat16,
                          enabled=use_bf16 and shadow is None)
     base = dist_utils.wrap(shadow.low if shadow else model)          # 单进程时就是模块本身
@@ -342,15 +336,3 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
             t_mark = time.perf_counter()        # 评估的时间不算进训练吞吐
     bar.close()
     return history
-
-
-# ---------------------------------------------------------------- 命令行：python -m gptcourse train
-def cli_arguments(p) -> None:
-    """命令行参数（实现在 train_cli.py，这里转出，供 ``gptcourse.cli`` 分发）。"""
-    from .train_cli import cli_arguments as add
-    add(p)
-
-
-def cli_main(args) -> int:
-    from .train_cli import cli_main as run
-    return run(args)

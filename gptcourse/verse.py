@@ -37,6 +37,8 @@ import random
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
+from .errors import UserError
+
 PUNCT = "，。？！；：、"                  # 断句的标点（语料里实际只出现 ，。？！）
 COMMA, PERIOD = "，", "。"
 ODD_ENDS = "，"                           # 单数句（第 1、3…句）可用的句末标点
@@ -115,7 +117,7 @@ def is_valid_form(poem: str) -> bool:
 def check_form(poem: str, form: str | None = None, acrostic: str | None = None) -> bool:
     """一首完整的诗是否是近体诗，且（给了的话）是 form 这一体、各句首字依次是 acrostic。"""
     if form is not None and form not in FORMS:
-        raise ValueError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
+        raise UserError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
     found = poem_form(poem)
     if found is None or (form is not None and found != form):
         return False
@@ -173,7 +175,7 @@ def resolve_group(name: str) -> str:
     for g in group_names(PING):
         if name in (g, g[-1]):
             return g
-    raise ValueError(f"未知的平声韵部 {name!r}；可写全名或韵目字：{'、'.join(group_names(PING))}")
+    raise UserError(f"未知的平声韵部 {name!r}；可写全名或韵目字：{'、'.join(group_names(PING))}")
 
 
 def _neighbours(group: str) -> set[str]:
@@ -284,7 +286,7 @@ def rates(poems: list[str]) -> tuple[float, float]:
     """(押韵率, 平仄合格率)。押韵率 = 合乎诗体且押韵的诗 / 全部诗；平仄合格率 = 全部诗里成立的
     规则 / 可判断的规则（合起来算，不是每首的平均）。"""
     if not poems:
-        raise ValueError("poems 为空")
+        raise UserError("poems 为空")
     reports = [analyze(p.removesuffix("\n")) for p in poems]
     held, checkable = sum(a.held for a in reports), sum(a.checkable for a in reports)
     return (sum(a.valid_form and a.rhymes for a in reports) / len(reports),

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from .config import preset
-from .model import GPT
+from .model import GPT, record_attention
 
 VOCAB = ("春", "天", "来", "了")          # id 0 1 2 3
 PROMPT = (0, 1)                           # 春天
@@ -94,15 +94,14 @@ def run(model: GPT | None = None) -> dict:
     handles = [m.register_forward_hook(h) for m, h in hooks]
     idx = torch.tensor([PROMPT])                                   # [1, 2]
     targets = torch.tensor([[-1, TARGET]])                         # 只在"天"之后的位置算损失
-    blk.attn.store_attn = True
     try:
-        logits, loss = model(idx, targets)                         # logits [1, 2, 4]
+        with record_attention(model) as rec:
+            logits, loss = model(idx, targets)                     # logits [1, 2, 4]
         logits.retain_grad()
         loss.backward()
-        scores = blk.attn.last_scores[0, 0]                        # [T, T]
-        weights = blk.attn.last_attn[0, 0]                         # [T, T]
+        scores = rec[0]["scores"][0, 0]                            # [T, T]
+        weights = rec[0]["weights"][0, 0]                          # [T, T]
     finally:
-        blk.attn.store_attn, blk.attn.last_attn, blk.attn.last_scores = False, None, None
         for h in handles:
             h.remove()
         model.zero_grad(set_to_none=True)

@@ -143,9 +143,9 @@ def test_bad_inputs_raise_clear_errors(small_bpe):
     assert small_bpe.encode("春", errors="unk") == small_bpe.encode("春")
 
 
-def test_tokenizer_module_exports_bpe():
+def test_checkpoint_restores_bpe():
     import gptcourse as gc
 
-    assert gc.tokenizer.BPETokenizer is BPETokenizer
-    restored = gc.tokenizer.tokenizer_from_dict(BPETokenizer.train("aaabdaaabac", 259).to_dict())
+    assert not hasattr(gc.tokenizer, "BPETokenizer")        # 一个名字一个家：gc.bpe.BPETokenizer
+    restored = gc.checkpoint.tokenizer_from_dict(BPETokenizer.train("aaabdaaabac", 259).to_dict())
     assert restored.encode("aaab") == [258]

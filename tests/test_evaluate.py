@@ -9,10 +9,11 @@ import torch.nn.functional as F
 
 import gptcourse as gc
 from gptcourse.acceptance import (Check, SubstringIndex, acceptance_checks, acceptance_table,
-                                  constraint_cost, copied_line_rate, distinct_n, is_valid_form,
-                                  poem_form, poem_nll, repetition_rate, split_lines, train_lines)
+                                  copied_line_rate, distinct_n, repetition_rate, train_lines)
 from gptcourse.evaluate import (NGramCounts, baselines, loss_by_position, metrics_from_loss,
-                                split_loss, token_losses, uniform_baseline, window_plan)
+                                poem_nll, split_loss, token_losses, uniform_baseline, window_plan)
+from gptcourse.release import constraint_cost
+from gptcourse.verse import is_valid_form, poem_form, split_lines
 
 WUJUE = "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"
 WULV = ("国破山河在，城春草木深。感时花溅泪，恨别鸟惊心。"

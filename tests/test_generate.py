@@ -11,9 +11,9 @@ from gptcourse.config import preset
 from gptcourse.constraints import FORMS, VerseConstraint, check_form
 from gptcourse.verse import analyze, group_chars, tone
 from gptcourse.data import load_corpus
-from gptcourse.generate import (apply_repetition_penalty, apply_temperature, generate,
-                                generate_batch, next_token_probs, sample_next, sample_rows,
-                                stream_tokens, top_k_filter, top_p_filter)
+from gptcourse.generate import generate, generate_batch, next_token_probs, stream_tokens
+from gptcourse.sampling import (apply_repetition_penalty, apply_temperature, sample_next,
+                                sample_rows, top_k_filter, top_p_filter)
 from gptcourse.model import GPT
 from gptcourse.tokenizer import CharTokenizer, UnknownCharacterError
 

@@ -1,7 +1,6 @@
 """命令行的坏输入：一行中文、退出码 2、没有堆栈（--debug 除外）；笔记本工具遇到坏文件接着检查。"""
 from __future__ import annotations
 
-import argparse
 import json
 
 import pytest
@@ -85,7 +84,7 @@ def test_train_rejects_bad_sizes_and_rates(capsys, tmp_path, flags, message):
 
 
 def test_train_checks_out_before_training(capsys, tmp_path, monkeypatch):
-    import gptcourse.train_cli as tc
+    import gptcourse.cli.train as tc
 
     monkeypatch.setattr(tc, "load_corpus", lambda *a: pytest.fail("不该开始训练"))
     one_line_error(capsys, [*TRAIN, "--out", str(tmp_path)], "是一个目录")
@@ -127,8 +126,9 @@ def test_debug_shows_the_traceback(small_ckpt):
         cli.main(["--debug", "generate", "--checkpoint", str(small_ckpt), "--device", "bogus"])
 
 
-def test_only_gptcourse_errors_are_user_errors():
+def test_user_errors_are_classified_by_type():
     from gptcourse.config import preset as make
+    from gptcourse.errors import UserError
 
     def raises(fn):
         try:
@@ -137,32 +137,21 @@ def test_only_gptcourse_errors_are_user_errors():
             return e
         raise AssertionError("没有抛出异常")
 
-    assert cli.is_user_error(raises(lambda: make("nope")))                # 我们的检查
-    assert cli.is_user_error(raises(lambda: checkpoint.load("/nonexistent.pt")))
-    assert not cli.is_user_error(raises(lambda: int("x")))                 # 不是我们抛出的
-    assert not cli.is_user_error(raises(lambda: torch.zeros(2).view(3)))   # RuntimeError
-    assert not cli.is_user_error(KeyError("x"))
+    assert isinstance(raises(lambda: make("nope")), UserError)              # 配置写错
+    assert isinstance(raises(lambda: checkpoint.load("/nonexistent.pt")), UserError)
+    assert isinstance(raises(lambda: checkpoint.load("/nonexistent.pt")), FileNotFoundError)
+    assert not isinstance(raises(lambda: int("x")), UserError)              # 程序的问题
+    assert not isinstance(raises(lambda: torch.zeros(2).view(3)), UserError)
 
 
 def test_internal_errors_keep_their_traceback(monkeypatch, small_ckpt):
-    import gptcourse.generate as gen
+    import gptcourse.cli.generate as gen
 
     def bug(*a, **k):
-        raise ValueError("程序的错误，不是用户的")
-    monkeypatch.setattr(gen, "generate_batch", bug)            # 定义在测试文件里：不算用户错误
+        raise ValueError("程序的错误，不是用户的")   # 一个 bug：是 ValueError，不是 UserError
+    monkeypatch.setattr(gen, "generate_batch", bug)
     with pytest.raises(ValueError, match="程序的错误"):
         cli.main(["generate", "--checkpoint", str(small_ckpt)])
-
-
-@pytest.mark.parametrize("text, port", [("0", 0), ("8000", 8000), ("65535", 65535)])
-def test_port_number_accepts(text, port):
-    assert cli.port_number(text) == port
-
-
-@pytest.mark.parametrize("text", ["-1", "65536", "70000", "abc", "80.5"])
-def test_port_number_rejects(text):
-    with pytest.raises(argparse.ArgumentTypeError, match="端口"):
-        cli.port_number(text)
 
 
 # ---------------------------------------------------------------- 笔记本工具

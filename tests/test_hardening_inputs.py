@@ -15,8 +15,8 @@ from gptcourse.generate import generate, generate_batch, next_token_probs
 from gptcourse.model import GPT
 from gptcourse.sampling import (GREEDY_BELOW, apply_repetition_penalty, apply_temperature,
                                 check_sampling_args, sample_next)
-from gptcourse.tokenizer import (CharTokenizer, Tokenizer, UnknownCharacterError,
-                                 tokenizer_from_dict)
+from gptcourse.checkpoint import tokenizer_from_dict
+from gptcourse.tokenizer import CharTokenizer, Tokenizer, UnknownCharacterError
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,8 @@ import math
 import pytest
 import torch
 
+import gptcourse.model as gc_model
+
 from gptcourse.config import preset
 from gptcourse.model import GPT
 from gptcourse.rope import apply_rope, apply_rope_interleaved, interleaved_to_half, rope_angles
@@ -88,21 +90,20 @@ def test_v_is_never_rotated():
     seen = {}
     h1 = attn.qkv.register_forward_hook(lambda m, i, o: seen.__setitem__("qkv", o))
     h2 = attn.proj.register_forward_hook(lambda m, i, o: seen.__setitem__("y", i[0]))
-    attn.store_attn = True
     try:
-        with torch.no_grad():
+        with torch.no_grad(), gc_model.record_attention(model) as rec:
             model(torch.randint(50, (2, 20)))
     finally:
         h1.remove()
         h2.remove()
-        attn.store_attn = False
+    weights = rec[0]["weights"]
     B, T, C, H = 2, 20, 64, 4
     q, k, v = seen["qkv"].split(C, dim=-1)
     v = v.view(B, T, H, C // H).transpose(1, 2)                       # [B, H, T, D]，未旋转
-    y = (attn.last_attn @ v).transpose(1, 2).reshape(B, T, C)
+    y = (weights @ v).transpose(1, 2).reshape(B, T, C)
     torch.testing.assert_close(y, seen["y"], atol=1e-6, rtol=1e-6)
     cos, sin = model.rope_cos[:T], model.rope_sin[:T]
-    rotated = (attn.last_attn @ apply_rope(v, cos, sin)).transpose(1, 2).reshape(B, T, C)
+    rotated = (weights @ apply_rope(v, cos, sin)).transpose(1, 2).reshape(B, T, C)
     assert not torch.allclose(rotated, seen["y"], atol=1e-4)  # 若 V 被旋转，上面的断言会失败
 
 

@@ -65,7 +65,7 @@ def test_save_load(tmp_path, tok):
     tok.save(path)
     loaded = CharTokenizer.load(path)
     assert loaded == tok and loaded.stoi == tok.stoi and loaded.has_unk == tok.has_unk
-    assert gc.tokenizer.tokenizer_from_dict(tok.to_dict()) == tok
+    assert gc.checkpoint.tokenizer_from_dict(tok.to_dict()) == tok
 
 
 def test_real_corpus_vocabulary():

@@ -392,7 +392,8 @@ def test_cli_divergence_before_any_eval_says_nothing_was_written(tmp_path, capsy
 
 
 def test_cli_divergence_after_an_eval_keeps_the_best_checkpoint(tmp_path, capsys, monkeypatch):
-    from gptcourse import checkpoint, cli, train_cli
+    from gptcourse import checkpoint, cli
+    from gptcourse.cli import train as train_cli
 
     real = train_cli.train
 

@@ -96,6 +96,6 @@ def test_run_leaves_model_clean():
     m = w.build_model()
     w.run(m)
     attn = m.blocks[0].attn
-    assert not attn.store_attn and attn.last_attn is None
+    assert attn._record is None
     assert all(p.grad is None for p in m.parameters())
     assert not m.blocks[0].norm1._forward_hooks

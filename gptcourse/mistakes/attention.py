@@ -12,19 +12,21 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from ..model import GPT, CausalSelfAttention
+from ..errors import UserError
+from ..model import GPT, CausalSelfAttention, causal_attention
 from ..rope import apply_rope
 from .common import Diagnosis
 
 
 # ---------------------------------------------------------------- 正确版本（参照）
+def _causal(q) -> torch.Tensor:
+    T = q.shape[-2]
+    return torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))   # [T, T]
+
+
 def attention_core(q, k, v):
-    """正确：缩放 1/√D、因果掩码、沿"键"维（最后一维）softmax。[B,H,T,D] → [B,H,T,D]。"""
-    T, D = q.shape[-2], q.shape[-1]
-    att = q @ k.transpose(-2, -1) / math.sqrt(D)                        # [B, H, T, T]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    att = att.masked_fill(~mask, float("-inf"))
-    return F.softmax(att, dim=-1) @ v
+    """正确：就是模型用的 :func:`gptcourse.model.causal_attention`。[B,H,T,D] → [B,H,T,D]。"""
+    return causal_attention(q, k, v, _causal(q))[0]
 
 
 def merge_heads(y):
@@ -42,19 +44,16 @@ def attention_no_mask(q, k, v):
 
 def attention_softmax_wrong_dim(q, k, v):
     """错误：沿"查询"维（dim=-2）做 softmax——每一列而不是每一行加起来等于 1。"""
-    T, D = q.shape[-2], q.shape[-1]
-    att = q @ k.transpose(-2, -1) / math.sqrt(D)
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    att = att.masked_fill(~mask, float("-inf"))
+    att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    att = att.masked_fill(~_causal(q), float("-inf"))
     return F.softmax(att, dim=-2) @ v
 
 
 def attention_scaled_by_n_embd(q, k, v):
     """错误：除以 √C（= √(H·D)）而不是 √D——分数被多压小了 √H 倍，注意力变得过于平均。"""
-    H, T, D = q.shape[1], q.shape[-2], q.shape[-1]
+    H, D = q.shape[1], q.shape[-1]
     att = q @ k.transpose(-2, -1) / math.sqrt(H * D)
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    att = att.masked_fill(~mask, float("-inf"))
+    att = att.masked_fill(~_causal(q), float("-inf"))
     return F.softmax(att, dim=-1) @ v
 
 
@@ -74,7 +73,7 @@ class GalleryAttention(nn.Module):
 
     def forward(self, x, rope=None, cache=None, layer=0, start=0):
         if cache is not None:
-            raise ValueError("陈列馆里的模型不支持 KV 缓存")
+            raise UserError("陈列馆里的模型不支持 KV 缓存")
         B, T, C = x.shape
         a = self.base
         q, k, v = (t.view(B, T, a.n_head, a.head_dim).transpose(1, 2) for t in a.split_qkv(x))
@@ -124,7 +123,7 @@ def attention_weights(core, q, k) -> torch.Tensor:
     则输出的第 i 行正好是权重的第 i 行。需要 D ≥ T。返回 [B, H, T, T]。"""
     B, H, T, D = q.shape
     if D < T:
-        raise ValueError(f"读出权重需要 head_dim ≥ T，收到 D={D}, T={T}")
+        raise UserError(f"读出权重需要 head_dim ≥ T，收到 D={D}, T={T}")
     v = torch.eye(T, D).expand(B, H, T, D)
     return core(q, k, v)[..., :T]
 

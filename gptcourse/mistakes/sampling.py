@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..errors import UserError
 from .common import Diagnosis
 
 
@@ -54,7 +55,7 @@ def sample_safe(logits: torch.Tensor, temperature: float,
                 generator: torch.Generator | None = None) -> torch.Tensor:
     """正确：温度 0 表示"不采样、取最大"（贪心）；负温度给出清楚的错误。"""
     if temperature < 0:
-        raise ValueError(f"temperature 必须 ≥ 0（0 表示贪心解码），收到 {temperature}")
+        raise UserError(f"temperature 必须 ≥ 0（0 表示贪心解码），收到 {temperature}")
     if temperature == 0:
         return logits.argmax(-1, keepdim=True)
     probs = F.softmax(logits / temperature, dim=-1)
@@ -86,7 +87,7 @@ def top_k_naive(logits: torch.Tensor, k: int) -> torch.Tensor:
 def top_k_safe(logits: torch.Tensor, k: int) -> torch.Tensor:
     """正确：k 先裁到词表大小（k ≥ V 时就是不过滤）；k < 1 给出清楚的错误。"""
     if k < 1:
-        raise ValueError(f"top_k 必须 ≥ 1，收到 {k}")
+        raise UserError(f"top_k 必须 ≥ 1，收到 {k}")
     k = min(k, logits.shape[-1])
     kth = torch.topk(logits, k).values[..., -1:]
     return logits.masked_fill(logits < kth, float("-inf"))

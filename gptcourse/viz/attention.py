@@ -5,6 +5,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..errors import UserError
 from .basic import show_heatmap
 
 KEEP, BLOCK = "✓", "−∞"
@@ -13,11 +14,11 @@ KEEP, BLOCK = "✓", "−∞"
 def _labels(phrase_or_len) -> list[str]:
     if isinstance(phrase_or_len, int):
         if phrase_or_len < 1:
-            raise ValueError(f"序列长度必须 ≥ 1，收到 {phrase_or_len}")
+            raise UserError(f"序列长度必须 ≥ 1，收到 {phrase_or_len}")
         return [str(i) for i in range(phrase_or_len)]
     labels = list(phrase_or_len)
     if not labels:
-        raise ValueError("短语不能为空")
+        raise UserError("短语不能为空")
     return labels
 
 
@@ -76,7 +77,7 @@ def _as_heads(m) -> np.ndarray:
     if m.ndim == 2:
         m = m[None]
     if m.ndim != 3 or m.shape[-1] != m.shape[-2]:
-        raise ValueError(f"注意力权重应为 [B,H,T,T]、[H,T,T] 或 [T,T]，收到形状 {m.shape}")
+        raise UserError(f"注意力权重应为 [B,H,T,T]、[H,T,T] 或 [T,T]，收到形状 {m.shape}")
     return m
 
 
@@ -93,11 +94,11 @@ def plot_attention_grid(maps: Sequence, tokens: Sequence[str], title: str | None
 
     layers = [_as_heads(m) for m in maps]
     if not layers:
-        raise ValueError("maps 为空：至少需要一层的注意力权重")
+        raise UserError("maps 为空：至少需要一层的注意力权重")
     L, H, T = len(layers), layers[0].shape[0], layers[0].shape[-1]
     tokens = list(tokens)
     if len(tokens) != T:
-        raise ValueError(f"tokens 有 {len(tokens)} 个，但注意力矩阵是 {T}×{T}")
+        raise UserError(f"tokens 有 {len(tokens)} 个，但注意力矩阵是 {T}×{T}")
     if axes is None:
         fig, axes = plt.subplots(L, H, figsize=(2.3 * H + 0.6, 2.3 * L + 0.6), squeeze=False)
     else:
@@ -131,12 +132,12 @@ def plot_attention_models(models: Mapping[str, Sequence], tokens: Sequence[str],
 
     names = list(models)
     if not names:
-        raise ValueError("models 为空")
+        raise UserError("models 为空")
     picked = {n: [models[n][layer]] if layer is not None else list(models[n]) for n in names}
     L = len(picked[names[0]])
     H = _as_heads(picked[names[0]][0]).shape[0]
     if any(len(picked[n]) != L for n in names):
-        raise ValueError("各模型的层数不同，无法并排比较")
+        raise UserError("各模型的层数不同，无法并排比较")
     if layer is not None:                                            # 每个模型一行
         fig, axes = plt.subplots(len(names), H, figsize=(2.4 * H + 0.4, 2.8 * len(names) + 0.7),
                                  squeeze=False)
@@ -167,12 +168,12 @@ def plot_offset_profiles(profiles: Mapping[str, np.ndarray], head_names: Sequenc
     import matplotlib.pyplot as plt
 
     if not profiles:
-        raise ValueError("profiles 为空")
+        raise UserError("profiles 为空")
     arrays = {k: np.asarray(v.detach().cpu() if hasattr(v, "detach") else v, dtype=float)
               for k, v in profiles.items()}
     n_heads = len(head_names)
     if any(a.ndim != 2 or a.shape[0] != n_heads for a in arrays.values()):
-        raise ValueError(f"每个 profile 应为 [{n_heads}, 偏移数] 的二维数组")
+        raise UserError(f"每个 profile 应为 [{n_heads}, 偏移数] 的二维数组")
     size = (4.6 * len(arrays) + 1.0, 0.28 * n_heads + 1.6)
     fig, axes = plt.subplots(1, len(arrays), figsize=size, squeeze=False)
     vmax = max(float(a.max()) for a in arrays.values())

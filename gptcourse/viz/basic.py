@@ -5,6 +5,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import UserError
+
 # (阶段名, 笔记本编号, 一句话内容)
 PIPELINE_STAGES: tuple[tuple[str, str, str], ...] = (
     ("数据", "01", "语料 · 分词 · 批次"),
@@ -24,7 +26,7 @@ def _stage_index(highlight) -> int | None:
         if isinstance(highlight, str) and highlight.startswith(nb):
             return i
     names = ", ".join(f"{nb} {name}" for name, nb, _ in PIPELINE_STAGES)
-    raise ValueError(
+    raise UserError(
         f"highlight={highlight!r} 不是课程阶段；可选：1–5、阶段名或笔记本编号（{names}）")
 
 
@@ -86,12 +88,12 @@ def show_heatmap(matrix, row_labels: Sequence[str] | None = None,
         matrix = matrix.detach().cpu().numpy()
     m = np.asarray(matrix, dtype=float)
     if m.ndim != 2:
-        raise ValueError(f"show_heatmap 需要二维矩阵，收到形状 {m.shape}")
+        raise UserError(f"show_heatmap 需要二维矩阵，收到形状 {m.shape}")
     r, c = m.shape
     if row_labels is not None and len(row_labels) != r:
-        raise ValueError(f"row_labels 有 {len(row_labels)} 个，但矩阵有 {r} 行")
+        raise UserError(f"row_labels 有 {len(row_labels)} 个，但矩阵有 {r} 行")
     if col_labels is not None and len(col_labels) != c:
-        raise ValueError(f"col_labels 有 {len(col_labels)} 个，但矩阵有 {c} 列")
+        raise UserError(f"col_labels 有 {len(col_labels)} 个，但矩阵有 {c} 列")
     if ax is None:
         _, ax = plt.subplots(figsize=(max(3.0, 0.5 * c + 1.5), max(2.5, 0.45 * r + 1.0)))
     finite = np.where(np.isfinite(m), m, np.nan)

@@ -5,6 +5,8 @@ import math
 
 import numpy as np
 
+from ..errors import UserError
+
 
 def metrics_vs_baselines(rows: dict[str, dict[str, float]], ax=None, title: str | None = None):
     """柱状图：每个名字（模型、各基线）在 val / test 上的每字比特数。
@@ -14,11 +16,11 @@ def metrics_vs_baselines(rows: dict[str, dict[str, float]], ax=None, title: str 
     import matplotlib.pyplot as plt
 
     if not rows:
-        raise ValueError("rows 为空：没有可画的指标")
+        raise UserError("rows 为空：没有可画的指标")
     names = list(rows)
     splits = [s for s in ("val", "test") if all(s in r for r in rows.values())]
     if not splits:
-        raise ValueError("每一行都需要 'val'（可选 'test'）损失")
+        raise UserError("每一行都需要 'val'（可选 'test'）损失")
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3.8))
     width = 0.8 / len(splits)
@@ -95,7 +97,7 @@ def verse_bars(table: dict[str, tuple[float, float]], ax=None,
     import matplotlib.pyplot as plt
 
     if not table:
-        raise ValueError("table 为空：没有可画的组")
+        raise UserError("table 为空：没有可画的组")
     names = list(table)
     if ax is None:
         _, ax = plt.subplots(figsize=(8, 3.6))

@@ -10,6 +10,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from ..errors import MissingFileError
+
 FONT_DIR = Path(__file__).resolve().parent.parent / "fonts"
 FONT_FILE = FONT_DIR / "GPTCourseCJKSans-Regular.otf"
 FONT_FAMILY = "GPTCourse CJK Sans"
@@ -24,7 +26,7 @@ def register_font() -> str:
     from matplotlib import font_manager
 
     if not FONT_FILE.is_file():
-        raise FileNotFoundError(
+        raise MissingFileError(
             f"找不到课程字体文件 {FONT_FILE.name}（应位于 gptcourse/fonts/）；"
             "请重新安装 gptcourse。"
         )

@@ -5,6 +5,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from ..errors import UserError
+
 
 def temperature_bars(logits: Sequence[float], taus: Sequence[float] = (0.5, 1.0, 2.0),
                      labels: Sequence[str] | None = None, ax=None):
@@ -80,7 +82,7 @@ def frequency_bars(probs: Sequence[float], freqs: dict[str, Sequence[float]],
 
     p = np.asarray(probs, dtype=float)
     if not freqs:
-        raise ValueError("freqs 为空：至少给一组抽样频率")
+        raise UserError("freqs 为空：至少给一组抽样频率")
     labels = list(labels) if labels is not None else [f"词元{i}" for i in range(len(p))]
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.6))
@@ -89,7 +91,7 @@ def frequency_bars(probs: Sequence[float], freqs: dict[str, Sequence[float]],
     for j, (name, f) in enumerate(freqs.items()):
         f = np.asarray(f, dtype=float)
         if f.shape != p.shape:
-            raise ValueError(f"{name} 的频率有 {f.size} 个，概率有 {p.size} 个")
+            raise UserError(f"{name} 的频率有 {f.size} 个，概率有 {p.size} 个")
         bars = ax.bar(pos + (j - (len(freqs) - 1) / 2) * width, f, width, label=name)
         ax.bar_label(bars, fmt="%.3f", fontsize=7)
     ax.hlines(p, pos - 0.45, pos + 0.45, colors="black", linewidth=2, label="真实概率")

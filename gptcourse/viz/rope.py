@@ -6,6 +6,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from ..errors import UserError
 from ..rope import apply_rope, rope_angles
 
 
@@ -20,7 +21,7 @@ def plot_rope_clock(pairs: Sequence[int] = (0, 1, 2, 3), head_dim: int = 8, n_po
 
     ang = rope_angles(head_dim, n_pos, base).numpy()                 # [P, D/2]
     if max(pairs) >= head_dim // 2 or min(pairs) < 0:
-        raise ValueError(f"pairs 必须在 0..{head_dim // 2 - 1} 之间，收到 {list(pairs)}")
+        raise UserError(f"pairs 必须在 0..{head_dim // 2 - 1} 之间，收到 {list(pairs)}")
     x0, y0 = vector
     cmap = colormaps["viridis"]
     fig, axes = plt.subplots(1, len(pairs), figsize=(3.1 * len(pairs), 3.9), squeeze=False)
@@ -77,7 +78,7 @@ def plot_rope_offset(head_dim: int = 64, n_pos: int = 64, base: float = 10000.0,
     styles = ["-", "--", ":", "-."]
     for j, m in enumerate(query_positions):
         if not 0 <= m < n_pos:
-            raise ValueError(f"query_positions 必须在 0..{n_pos - 1} 内，收到 {m}")
+            raise UserError(f"query_positions 必须在 0..{n_pos - 1} 内，收到 {m}")
         n = np.arange(m + 1)
         a1.plot(m - n, s[m, : m + 1], styles[j % 4], lw=2.2 - 0.4 * j, label=f"查询在位置 m = {m}")
     a1.set_xlabel("相对距离 m − n（查询位置 − 键位置）")

@@ -9,11 +9,13 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from ..errors import UserError
+
 
 def _rows(history) -> tuple[list[dict], list[dict]]:
     d = history.to_dict() if hasattr(history, "to_dict") else history
     if not isinstance(d, Mapping) or "steps" not in d:
-        raise ValueError("history 应是 History 或含 'steps'/'evals' 的字典")
+        raise UserError("history 应是 History 或含 'steps'/'evals' 的字典")
     return list(d["steps"]), list(d.get("evals", []))
 
 
@@ -116,7 +118,7 @@ def plot_ablation(results: Mapping[str, object], split: str = "val", ax=None,
     for name, history in results.items():
         _, evals = _rows(history)
         if not evals or split not in evals[0]:
-            raise ValueError(f"{name} 的历史里没有 {split!r} 评估")
+            raise UserError(f"{name} 的历史里没有 {split!r} 评估")
         ax.plot([r["step"] for r in evals], [r[split] for r in evals], "o-", ms=3,
                 label=f"{name}（最后 {evals[-1][split]:.3f}）")
     ax.set_xlabel("训练步数")
@@ -161,7 +163,7 @@ def plot_ablation_bars(results: Mapping[str, Mapping[str, Sequence[float]]], ax=
     names = list(results)
     schemes = list(dict.fromkeys(k for v in results.values() for k in v))
     if not names or not schemes:
-        raise ValueError("results 应是 {变体名: {窗口方案: [验证损失, …]}}，不能为空")
+        raise UserError("results 应是 {变体名: {窗口方案: [验证损失, …]}}，不能为空")
     fig, ax = _axes(ax, (8.4, 4.4))
     width = 0.8 / len(schemes)
     lows = []
@@ -200,7 +202,7 @@ def plot_scaling(runs: Mapping[str, Mapping[str, Sequence[float]]], ax=None,
     for i, (name, r) in enumerate(runs.items()):
         f, v = np.asarray(r["flops"], dtype=float), np.asarray(r["val"], dtype=float)
         if len(f) != len(v) or len(f) == 0:
-            raise ValueError(f"{name} 的 flops 与 val 应一样长且不为空")
+            raise UserError(f"{name} 的 flops 与 val 应一样长且不为空")
         ax.plot(f, v, "o-", ms=3, color=f"C{i}", label=name)
         points += list(zip(f, v))
     points.sort()

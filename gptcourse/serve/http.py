@@ -29,6 +29,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from http.server import HTTPServer
 
+from ..errors import UserError
+
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
                                "font-src 'self'; connect-src 'self'; base-uri 'none'; "
@@ -74,7 +76,7 @@ class Limits:
             v = getattr(self, f.name)
             ok = isinstance(v, int) if f.type == "int" else isinstance(v, (int, float))
             if isinstance(v, bool) or not ok or not (v >= 0 if f.name == "queue" else v > 0):
-                raise ValueError(f"Limits.{f.name} 必须是正数（queue 可以是 0），收到 {v!r}")
+                raise UserError(f"Limits.{f.name} 必须是正数（queue 可以是 0），收到 {v!r}")
 
 
 # ---------------------------------------------------------------- 带截止时刻的读写

@@ -2,15 +2,23 @@
 
 这里只管"诗"的参数：类型、范围、长度、词表外的字，任何问题都是一个 :class:`ApiError`（400），
 带一句中文和一句英文。HTTP 本身（正文怎么读、谁可以访问）在 :mod:`gptcourse.serve` 和
-:mod:`gptcourse.serve_http`。
+:mod:`gptcourse.serve.http`。
+
+参数只有一个定义：采样参数是 :class:`~gptcourse.sampling.SamplingParams` 的字段，格式参数是
+:class:`~gptcourse.generate.VerseSpec` 的字段，默认值是检查点的发布设置
+（:mod:`gptcourse.release`）。
+这里只多一层更严的范围（``RANGES``：网页上的滑块不该给出极端值）。
 """
 from __future__ import annotations
 
 import json
 import math
 
-from .serve_http import ApiError
-from .verse import FORMS, analyze
+from ..generate import VerseSpec
+from ..release import FALLBACK, whole_poem_only
+from ..sampling import SamplingParams
+from ..verse import FORMS, analyze
+from .http import ApiError
 
 MAX_PROMPT = 64                 # 提示最多多少个字
 MAX_ACROSTIC = 8
@@ -18,9 +26,9 @@ MAX_NEW_TOKENS = 200
 # 采样参数的范围。下限离 0 远一点：1e-300 这样的值虽然 > 0，却会让 logits 除出 inf、
 # 让 top-p 在 float32 里变成 0，最后抽样失败。温度另外允许正好 0（贪心）。
 RANGES = {"temperature": (0.01, 3.0), "top_p": (0.01, 1.0), "repetition_penalty": (0.1, 3.0)}
-DEFAULTS = dict(prompt="", max_new_tokens=None, temperature=0.8, top_k=None, top_p=0.9,
-                repetition_penalty=1.0, seed=None, form=None, acrostic=None, rhyme=False,
-                tones=False)
+# 请求可以带的参数 = 提示、长度、种子 + SamplingParams 的字段 + VerseSpec 的字段（指定韵部除外）
+DEFAULTS = {"prompt": "", "max_new_tokens": None, "seed": None, **SamplingParams().to_dict(),
+            **{k: v for k, v in VerseSpec().__dict__.items() if k != "rhyme_group"}, **FALLBACK}
 
 
 def brief(v) -> str:
@@ -77,7 +85,8 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
     if unknown:
         names = ", ".join(brief(k)[1:-1] for k in unknown[:10])
         raise ApiError(400, f"未知参数：{names}", f"unknown fields: {names}")
-    p = {**DEFAULTS, **(defaults or {}), **{k: v for k, v in d.items() if v is not None}}
+    given = {k: v for k, v in d.items() if v is not None}
+    p = whole_poem_only({**DEFAULTS, **(defaults or {})}, given, given.get("max_new_tokens"))
     _text(p, "prompt", MAX_PROMPT, tok)
     if p["acrostic"] is not None:
         _text(p, "acrostic", MAX_ACROSTIC, tok)
@@ -88,7 +97,8 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
                        f"form must be one of {list(FORMS)}")
     p["form"] = p["form"] if p["form"] in FORMS else None
     _number(p, "temperature", *RANGES["temperature"], zero_ok=True)
-    _number(p, "top_p", *RANGES["top_p"])
+    if p["top_p"] is not None:
+        _number(p, "top_p", *RANGES["top_p"])
     _number(p, "repetition_penalty", *RANGES["repetition_penalty"])
     if p["top_k"] is not None:
         _number(p, "top_k", 0, tok.vocab_size, integer=True)

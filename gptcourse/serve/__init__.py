@@ -15,7 +15,8 @@
 课堂上给全班用：``--host 0.0.0.0``（学生用老师电脑的 IP 访问）；用主机名访问时加
 ``--allow-host 名字``；别的网站的页面要调用 API 时加 ``--allow-origin http://那个网站``
 （它会得到 CORS 响应头，``OPTIONS`` 预检也会通过）。
-连接、超时与安全头的规则见 :mod:`gptcourse.serve_http`。
+连接、超时与安全头的规则见 :mod:`gptcourse.serve.http`，
+请求参数见 :mod:`gptcourse.serve.params`。
 
 每个请求在自己的线程里用自己的 KV 缓存，模型权重只读（加载后处于 eval 模式），所以并发请求
 互不干扰。
@@ -32,16 +33,26 @@ import traceback
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from .generate import stream_tokens
-from .serve_http import (SECURITY_HEADERS, ApiError, BoundedHTTPServer, ClientGone,
-                         DeadlineReader, HostPolicy, Limits, TimedWriter, client_gone,
-                         lingering_close)
-from .serve_params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT,  # noqa: F401
-                           RANGES, brief, parse_params, result)
-from .verse import FORMS
+from ..errors import UserError
+from ..generate import stream_tokens
+from .http import (
+    SECURITY_HEADERS,
+    ApiError,
+    BoundedHTTPServer,
+    ClientGone,
+    DeadlineReader,
+    HostPolicy,
+    Limits,
+    TimedWriter,
+    client_gone,
+    lingering_close,
+)
+from ..verse import FORMS
+from .params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT, RANGES, brief,
+                     parse_params, result)
 
-STATIC = Path(__file__).parent / "serve_static"
-FONT = Path(__file__).parent / "fonts" / "GPTCourseCJKSans-Regular.otf"   # 课程自带的中文字体
+STATIC = Path(__file__).parent / "static"
+FONT = Path(__file__).parent.parent / "fonts" / "GPTCourseCJKSans-Regular.otf"   # 课程自带的中文字体
 FILES = {                        # GET 路径 → (文件, Content-Type, Cache-Control)
     "/": (STATIC / "index.html", "text/html; charset=utf-8", "no-store"),
     "/index.html": (STATIC / "index.html", "text/html; charset=utf-8", "no-store"),
@@ -229,7 +240,7 @@ class Handler(BaseHTTPRequestHandler):
                 route(params)
         except ApiError as e:
             self._fail(e.status, e.payload())
-        except ValueError as e:                                   # generate() 的参数/格式检查
+        except UserError as e:                                    # generate() 的参数/格式检查
             self._fail(400, {"error": f"{e} / invalid request", "zh": str(e),
                              "en": "invalid request"})
         except (ClientGone, OSError):                              # 客户端断开、写超时
@@ -304,43 +315,8 @@ def make_server(model, tok, host: str = "127.0.0.1", port: int = 8000, verbose: 
     server = DemoServer((host, port), Handler, limits or Limits())
     server.model, server.tok, server.verbose = model, tok, verbose
     given = {k: v for k, v in (defaults or {}).items() if k in DEFAULTS}
-    if "top_p" in given and given["top_p"] is None:
-        given["top_p"] = 1.0                        # 不截断 = top-p 1（p ≥ 1 时不过滤）
+    if given.get("top_p", 0) is None:
+        given["top_p"] = 1.0            # 网页的滑块：不截断 = top-p 1（p ≥ 1 时不过滤）
     server.defaults = {**DEFAULTS, **given}
     server.policy = HostPolicy(host, allow_hosts, allow_origins)
     return server
-
-
-def cli_arguments(p) -> None:
-    p.add_argument("--checkpoint", default=None, help="检查点路径（默认：随课程发布的模型）")
-    p.add_argument("--host", default="127.0.0.1",
-                   help="监听地址（默认只允许本机访问；课堂上给全班用：0.0.0.0）")
-    p.add_argument("--port", type=int, default=8000, help="端口（默认 8000；0 = 随机空闲端口）")
-    p.add_argument("--allow-host", action="append", default=[], metavar="名字",
-                   help="额外允许的 Host 名（例如 teacher-pc.local；可重复）")
-    p.add_argument("--allow-origin", action="append", default=[], metavar="来源",
-                   help="额外允许的跨站来源（例如 http://course.example；可重复）")
-
-
-def cli_main(args) -> int:
-    from . import checkpoint, release
-
-    if not 0 <= args.port <= 65535:
-        raise ValueError(f"--port 必须在 0–65535 之内，收到 {args.port}")
-    model, tok, meta = checkpoint.load(args.checkpoint)
-    try:
-        server = make_server(model, tok, args.host, args.port, verbose=True,
-                             allow_hosts=args.allow_host, allow_origins=args.allow_origin,
-                             defaults=release.settings(meta))
-    except OSError as e:
-        raise ValueError(f"无法在 {args.host}:{args.port} 上启动服务器（{e.strerror or e}）") \
-            from None
-    host, port = server.server_address[:2]
-    print(f"网页演示已启动：http://{host}:{port}/  （按 Ctrl+C 停止）", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        print("\n已停止。")
-    finally:
-        server.server_close()
-    return 0

@@ -3,7 +3,7 @@
     python -m gptcourse train --corpus tang_jinti --preset course --minutes 10 --out ckpt/course.pt
     torchrun --nproc_per_node=2 -m gptcourse train ...      # 同一个入口，多进程 DDP
 
-只有 0 号进程写检查点与打印；``gptcourse.train`` 里的 cli_arguments / cli_main 转到这里。
+只有 0 号进程写检查点与打印。
 """
 from __future__ import annotations
 
@@ -19,17 +19,17 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint
-from . import distributed as dist_utils
-from .config import MAX_BLOCK_SIZE, preset, preset_names
-from . import verse
-from .acceptance import sample_poems
-from .data import available_corpora, load_corpus, poem_starts, vocabulary_text
-from .model import GPT
-from .runtime import get_device, set_seed
-from .tokenizer import CharTokenizer
-from .precision import resolve_bf16
-from .train import History, TrainConfig, TrainingDiverged, make_optimizer, train
+from .. import checkpoint, verse
+from .. import distributed as dist_utils
+from ..config import MAX_BLOCK_SIZE, preset, preset_names
+from ..data import available_corpora, load_corpus, poem_starts, vocabulary_text
+from ..errors import UserError
+from ..generate import sample_poems
+from ..model import GPT
+from ..precision import resolve_bf16
+from ..runtime import get_device, set_seed
+from ..tokenizer import CharTokenizer
+from ..train import History, TrainConfig, TrainingDiverged, make_optimizer, train
 
 
 def cli_arguments(p) -> None:
@@ -67,13 +67,13 @@ def cli_arguments(p) -> None:
 
 def cli_main(args) -> int:
     if args.minutes is None and args.steps is None:
-        raise ValueError("请用 --minutes 或 --steps 给出训练预算")
+        raise UserError("请用 --minutes 或 --steps 给出训练预算")
     if args.no_bf16 and args.bf16:
-        raise ValueError("--bf16 与 --no-bf16 不能同时给出")
+        raise UserError("--bf16 与 --no-bf16 不能同时给出")
     if not math.isfinite(args.lr) or args.lr <= 0:
-        raise ValueError(f"需要 lr > 0 的有限数，收到 lr={args.lr}")
+        raise UserError(f"需要 lr > 0 的有限数，收到 lr={args.lr}")
     if args.block_size is not None and not 1 <= args.block_size <= MAX_BLOCK_SIZE:
-        raise ValueError(f"block_size 必须在 [1, {MAX_BLOCK_SIZE}] 之内，收到 {args.block_size}")
+        raise UserError(f"block_size 必须在 [1, {MAX_BLOCK_SIZE}] 之内，收到 {args.block_size}")
     out = checkpoint.check_writable(args.out)              # 训练之前就确认能写，而不是训练之后
     bf16 = False if args.no_bf16 else (True if args.bf16 else "auto")
     tcfg = TrainConfig(batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup,

@@ -1,0 +1,56 @@
+"""命令行 ``python -m gptcourse eval``：损失、基线与验收表（采样用检查点的发布设置）。"""
+from __future__ import annotations
+
+import math
+
+from .. import checkpoint, release
+from ..acceptance import acceptance_checks, acceptance_table
+from ..data import available_corpora, load_corpus
+from ..errors import UserError
+from ..evaluate import LN2, baselines, split_metrics
+from ..generate import sample_poems
+from ..sampling import check_sampling_args
+
+
+def cli_arguments(p) -> None:
+    p.add_argument("--checkpoint", default=None, help="检查点路径（默认：随课程发布的模型）")
+    p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
+    p.add_argument("--samples", type=int, default=200, help="验收用的采样首数")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="采样温度（默认：检查点的发布设置；设置其余各项也取发布设置）")
+    p.add_argument("--batch-size", type=int, default=32)
+
+
+def cli_main(args) -> int:
+    if args.samples < 1:
+        raise UserError(f"--samples 必须 ≥ 1，收到 {args.samples}")
+    if args.batch_size < 1:
+        raise UserError(f"--batch-size 必须 ≥ 1，收到 {args.batch_size}")
+    if args.temperature is not None:                           # 先检查参数，再做耗时的打分
+        check_sampling_args(temperature=args.temperature)
+    model, tok, meta = checkpoint.load(args.checkpoint)
+    corpus = load_corpus(args.corpus)
+    name = args.checkpoint or "随课程发布的模型"
+    print(f"检查点：{name}（第 {meta['step']} 步）；语料 {args.corpus}")
+    val = split_metrics(model, tok, corpus.val, batch_size=args.batch_size)
+    test = split_metrics(model, tok, corpus.test, batch_size=args.batch_size)
+    base = baselines(tok, corpus.train, corpus.val, corpus.test)
+    print(f"\n{'':16}{'val loss':>10}{'test loss':>11}{'val 困惑度':>12}{'val bits/字':>12}")
+    rows = [("模型", val.loss, test.loss)] + [
+        (name + (f" k={b['k']:g}" if b["k"] else ""), b["val"], b["test"])
+        for name, b in base.items()]
+    for name, v, t in rows:
+        print(f"{name:<16}{v:>10.4f}{t:>11.4f}{math.exp(v):>13,.1f}{v / LN2:>12.3f}")
+    decoding = release.for_request(meta, {"temperature": args.temperature})
+    samples = sample_poems(model, tok, args.samples, seed=args.seed, **decoding)
+    which = "检查点的发布设置" if (meta or {}).get("release") else "默认设置"
+    print(f"\n采样 {len(samples)} 首（{which}："
+          + "，".join(f"{k}={v}" for k, v in decoding.items())
+          + f"；空提示，种子从 {args.seed} 起），例如：")
+    for s in samples[:3]:
+        print("  " + s)
+    checks = acceptance_checks(samples, corpus.train, val_loss=val.loss)
+    print()
+    print(acceptance_table(checks))
+    return 0 if all(c.passed for c in checks) else 1
