@@ -5,8 +5,11 @@
 - **原子写入**：先写同目录的临时文件 ``.<名>.<pid>.<随机>.tmp``，再 ``os.replace``；写到一半
   出错、被 Ctrl+C 或 SIGTERM 打断时删掉临时文件。被 SIGKILL 杀掉留下的临时文件以 "." 开头、
   以 ".tmp" 结尾，不会被当成检查点；下一次往同一目录保存同名检查点时，进程已不在的临时文件会被删掉。
-- **校验和**：保存时记下权重与优化器张量的 SHA-256（``sha256`` 字段），读取时重新计算；
-  对不上 → :class:`CheckpointError`。没有这个字段的旧文件（例如最早发布的 course.pt）照常读取。
+- **校验和**：保存时记下配置、权重、词表、步数、优化器、随机数状态与 meta 的 SHA-256
+  （``sha256`` 字段，覆盖哪些字段记在 ``sha256_covers``），读取时重新计算；对不上 →
+  :class:`CheckpointError`。只覆盖权重与优化器的旧文件、没有校验和的更旧文件照常读取。
+- **只读普通、不压缩的文件**：FIFO、设备文件会被拒绝（否则一直等下去）；zip 里有压缩成员的
+  文件会在解压之前被拒绝（防“压缩炸弹”）。
 - **安全读取**：``torch.load(weights_only=True)``，不执行文件里的任何代码。
 - ``resume`` 先检查全部内容（配置、词表、权重形状、优化器分组与状态形状、随机数状态），
   全部没问题才改动模型和优化器。
@@ -19,6 +22,8 @@ import os
 import signal
 import tempfile
 import threading
+import zipfile
+from dataclasses import fields
 from pathlib import Path
 
 import torch
@@ -135,8 +140,14 @@ def atomic_save(obj, path: str | Path) -> Path:
     return path
 
 
-def payload_sha256(obj: dict) -> str:
-    """权重与优化器状态里全部张量的 SHA-256（按键排序；含键名、dtype 与形状）。"""
+# 校验和覆盖的字段：给权重以意义的一切（配置、词表、meta）都在内——改了 n_head 或词表里的一个字，
+# 权重照样载得进去，写出来的却是乱码。旧文件（没有 "sha256_covers"）只覆盖权重与优化器状态。
+CHECKSUM_COVERS = ("config", "model", "tokenizer", "step", "optimizer", "rng", "meta")
+LEGACY_COVERS = ("model", "optimizer")
+
+
+def payload_sha256(obj: dict, covers=CHECKSUM_COVERS) -> str:
+    """``covers`` 里各字段的 SHA-256：张量按字节（含 dtype 与形状），字典按键排序，其余按 repr。"""
     h = hashlib.sha256()
 
     def feed(x) -> None:
@@ -155,7 +166,7 @@ def payload_sha256(obj: dict) -> str:
         else:
             h.update(f"V{x!r}".encode())
 
-    feed({"model": obj["model"], "optimizer": obj["optimizer"]})
+    feed({k: obj[k] for k in covers})
     return h.hexdigest()
 
 
@@ -179,7 +190,7 @@ def save(path: str | Path, model: GPT, tokenizer, *, optimizer=None, step: int =
                 **({"cuda": torch.cuda.get_rng_state_all()} if torch.cuda.is_available() else {})},
         "meta": dict(meta or {}),
     }
-    obj["sha256"] = payload_sha256(obj)
+    obj["sha256"], obj["sha256_covers"] = payload_sha256(obj), list(CHECKSUM_COVERS)
     return atomic_save(obj, path)
 
 
@@ -189,6 +200,9 @@ def load_raw(path: str | Path | None = None, map_location="cpu") -> dict:
     path = Path(path) if path is not None else SHIPPED
     if not path.exists():
         raise MissingFileError(f"找不到检查点文件 {path}")
+    if not path.is_file():                       # 目录、FIFO、设备文件：读它会报错或一直等下去
+        raise CheckpointError(f"{path} 不是普通文件，不能当检查点读取")
+    _refuse_compressed(path)
     if _wants_cuda(map_location) and not torch.cuda.is_available():
         raise CheckpointError(f"不能把 {path.name} 加载到 {map_location}：这台机器没有可用的 CUDA")
     try:
@@ -203,9 +217,27 @@ def load_raw(path: str | Path | None = None, map_location="cpu") -> dict:
     if missing:
         raise CheckpointError(f"{path.name} 缺少字段 {missing}，文件不完整")
     _check_fields(obj, path.name)
-    if "sha256" in obj and payload_sha256(obj) != obj["sha256"]:
-        raise CheckpointError(f"{path.name} 的校验和不符：权重或优化器数据在保存之后被改动或损坏")
+    if "sha256" in obj:
+        covers = obj.get("sha256_covers", LEGACY_COVERS)
+        if not isinstance(covers, list | tuple) or not set(covers) <= set(CHECKSUM_COVERS):
+            raise CheckpointError(f"{path.name} 的 sha256_covers 字段不对：{covers!r}")
+        if payload_sha256(obj, covers) != obj["sha256"]:
+            raise CheckpointError(f"{path.name} 的校验和不符：{'、'.join(covers)} 在保存之后被"
+                                  "改动或损坏")
     return obj
+
+
+def _refuse_compressed(path: Path) -> None:
+    """torch.save 写的 zip 里每个成员都是"不压缩"存放的：文件多大，读进内存就多大。
+    有压缩成员的文件（例如一个 371 KB、解开有 1 GB 的"压缩炸弹"）在解压之前就拒绝。"""
+    try:
+        with zipfile.ZipFile(path) as z:
+            packed = [i.filename for i in z.infolist() if i.compress_type != zipfile.ZIP_STORED]
+    except (zipfile.BadZipFile, OSError):
+        return                                    # 不是 zip：交给 torch.load 给出清楚的错误
+    if packed:
+        raise CheckpointError(f"{path.name} 里有压缩过的成员（{packed[0]} 等 {len(packed)} 个）："
+                              "gptcourse 检查点不压缩，为防止解压出超大数据而拒绝读取")
 
 
 def _wants_cuda(map_location) -> bool:
@@ -236,6 +268,9 @@ def _check_fields(obj: dict, name: str) -> None:
 
 def _config_and_tokenizer(obj: dict, name: str):
     """从检查点字典还原 (GPTConfig, 分词器)，并检查两者一致。"""
+    absent = sorted({f.name for f in fields(GPTConfig)} - set(obj["config"]))
+    if absent:                                  # 缺了 n_head 就悄悄用默认值 4：那不是这个模型
+        raise CheckpointError(f"{name} 的配置缺少字段 {absent}")
     try:
         cfg = GPTConfig.from_dict(obj["config"])
         tok = tokenizer_from_dict(obj["tokenizer"])

@@ -53,7 +53,7 @@ def test_round_trip(tmp_path, tok, ids):
     assert meta["step"] == 7 and meta["val_loss"] == 1.5 and meta["config"] == model.config
     raw = checkpoint.load_raw(path)
     assert set(raw) == {"format", "config", "model", "tokenizer", "step", "optimizer", "rng",
-                        "meta", "sha256"}
+                        "meta", "sha256", "sha256_covers"}
     assert raw["sha256"] == checkpoint.payload_sha256(raw) and len(raw["sha256"]) == 64
     assert raw["optimizer"]["state"]                             # 优化器的动量也在里面
     x = ids[None, :16]

@@ -246,3 +246,53 @@ def test_bpe_streaming_waits_for_whole_characters(tiny_corpus_text):
         pieces = list(stream_tokens(model, tok, "春", max_new_tokens=20, seed=seed))
         assert "春" + "".join(pieces) == generate(model, tok, "春", max_new_tokens=20, seed=seed)
         assert all(p and not p.endswith("\ufffd") for p in pieces[:-1])    # 不切开一个字
+
+
+# ---------------------------------------------------------------- 本轮的探测（K4、K4b、K11、K32、K34）
+@pytest.fixture
+def saved(tmp_path, tok):
+    return checkpoint.save(tmp_path / "m.pt", tiny(tok), tok)
+
+
+@pytest.mark.parametrize("edit, what", [
+    (lambda o: o["config"].update(n_head=1), "config"),                  # K4b：形状不变
+    (lambda o: o["tokenizer"].update(                                    # K11：换掉词表里的一个字
+        chars=o["tokenizer"]["chars"][1:] + "\U0002A6A5"), "tokenizer"),
+    (lambda o: o["meta"].update(release={"settings": {"temperature": 0.1}}), "meta"),
+    (lambda o: o.update(step=o["step"] + 1), "step"),
+])
+def test_checksum_covers_config_tokenizer_and_meta(saved, edit, what):
+    rewrite(saved, edit)
+    with pytest.raises(CheckpointError, match="校验和不符"):
+        checkpoint.load(saved)
+
+
+def test_legacy_checksum_still_loads(saved):
+    def legacy(o):
+        o.pop("sha256_covers")
+        o["sha256"] = checkpoint.payload_sha256(o, checkpoint.LEGACY_COVERS)
+    rewrite(saved, legacy)
+    checkpoint.load(saved)
+
+
+def test_config_must_have_every_field(saved):
+    rewrite(saved, lambda o: o["config"].pop("n_head"), keep_sha=False)     # K4
+    with pytest.raises(CheckpointError, match="缺少字段.*n_head"):
+        checkpoint.load(saved)
+
+
+def test_fifo_is_refused_not_waited_on(tmp_path):
+    fifo = tmp_path / "x.pt"
+    os.mkfifo(fifo)                                                          # K32
+    with pytest.raises(CheckpointError, match="不是普通文件"):
+        checkpoint.load(fifo)
+
+
+def test_compressed_members_are_refused_before_inflating(saved, tmp_path):
+    import zipfile
+    bomb = tmp_path / "bomb.pt"                                              # K34
+    with zipfile.ZipFile(saved) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            dst.writestr(info.filename, src.read(info.filename))
+    with pytest.raises(CheckpointError, match="压缩"):
+        checkpoint.load(bomb)

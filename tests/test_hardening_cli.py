@@ -192,3 +192,36 @@ def test_notebooks_run_reports_unreadable_notebooks_and_leaves_them(capsys, nb_d
     out = capsys.readouterr().out
     assert out.count("失败（文件未改动）") == 2 and "Traceback" not in out
     assert (nb_dir / "90_truncated.ipynb").read_bytes() == BROKEN["90_truncated"]
+
+
+# ---------------------------------------------------------------- 发布设置（K15–K25、X7、X8）
+def released(tmp_path, small_ckpt, settings):
+    model, tok, meta = checkpoint.load(small_ckpt)
+    meta = {k: v for k, v in meta.items() if k not in ("step", "config")}
+    return checkpoint.save(tmp_path / "released.pt", model, tok,
+                           meta={**meta, "release": settings})
+
+
+@pytest.mark.parametrize("release, message", [
+    ({"settings": {"foo": 1}}, "未知的键：foo"),
+    ({"settings": {"form": "五绝"}}, "未知的键：form"),
+    ({"settings": [1, 2]}, "应是字典"),
+    ("strange", "应是字典"),
+    ({"settings": {"rhyme": "yes"}}, "rhyme 必须是 True 或 False"),
+    ({"settings": {"temperature": 1e9}}, "temperature 最大为"),
+])
+def test_bad_release_settings_are_one_line_at_load_time(capsys, tmp_path, small_ckpt, release,
+                                                        message):
+    ckpt = str(released(tmp_path, small_ckpt, release))
+    for argv in (["generate", "--checkpoint", ckpt], ["serve", "--checkpoint", ckpt,
+                                                      "--port", "0"]):
+        one_line_error(capsys, argv, message)
+
+
+def test_release_rhyme_applies_only_to_whole_poems(capsys, tmp_path):
+    """X7：发布设置要求押韵；只想续写几个字（--max-new-tokens 16）不该因为"写不完一首"而失败。"""
+    args = ["generate", "--prompt", "春", "--seed", "0"]
+    assert cli.main([*args, "--max-new-tokens", "16"]) == 0                # 随课程发布的模型
+    out = capsys.readouterr().out
+    assert out.startswith("春") and 1 < len(out.strip()) <= 17
+    one_line_error(capsys, [*args, "--max-new-tokens", "16", "--rhyme"], "不够写完这首诗")

@@ -542,3 +542,16 @@ def test_server_defaults_are_the_release_settings(tiny):
                                                          "rhyme": False, "temperature": 0.5})
         assert json.loads(data)["text"] == generate(model, tok, "", form="五绝", seed=3,
                                                     temperature=0.5, top_p=None)
+
+
+def test_release_rhyme_does_not_break_short_requests(tiny):
+    """X8/Y8：发布设置要求押韵时，只要 8 个字的请求照样 200；明确要求押韵则说明写不完。"""
+    model, tok = tiny
+    with running(model, tok, defaults={"rhyme": True, "temperature": 0.8}) as srv:
+        status, data, _ = request(srv, "/api/generate", {"prompt": "春", "max_new_tokens": 8,
+                                                         "seed": 1})
+        assert status == 200
+        assert json.loads(data)["text"] == generate(model, tok, "春", max_new_tokens=8, seed=1,
+                                                    temperature=0.8)
+        status, data, _ = request(srv, "/api/generate", {"max_new_tokens": 8, "rhyme": True})
+        assert status == 400 and "不够写完" in json.loads(data)["zh"]
