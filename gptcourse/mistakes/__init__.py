@@ -20,7 +20,6 @@ from .attention import (attention_core, attention_no_mask, attention_scaled_by_n
                         check_matches_reference, check_merge_heads, check_no_future_leak,
                         check_softmax_rows, gallery_model, implied_scale, leak_test, merge_heads,
                         merge_heads_no_transpose)
-from . import demos  # noqa: F401  症状演示：gc.mistakes.demos.demo_*
 from .common import Diagnosis, real_data, tiny_config
 from .sampling import (check_long_generation, check_temperature_zero, check_top_k,
                        generate_with_crop, generate_without_crop, sample_naive, sample_safe,
@@ -116,3 +115,11 @@ GALLERY: list[Mistake] = [
     Mistake("tiny_corpus", "小语料上的零损失当成智能", toy_training_text, real_training_text,
             _generalises),
 ]
+
+
+def __getattr__(name: str):
+    # 症状演示 gc.mistakes.demos.demo_* 要读语料、训练小模型：第一次用到时才导入
+    if name == "demos":
+        import importlib
+        return importlib.import_module(f"{__name__}.demos")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -51,19 +51,16 @@ def shifted_batch(data: torch.Tensor, batch_size: int, block_size: int,
 
 def train_tiny(model, data: torch.Tensor, steps: int, batch_fn=shifted_batch,
                batch_size: int = 16, lr: float = 3e-3, seed: int = 0) -> list[float]:
-    """最朴素的训练循环：AdamW 优化 model.parameters()，返回每步的训练损失。"""
+    """最朴素的训练循环：AdamW（默认设置）优化 model.parameters()，不裁剪，返回每步的训练损失。
+    每一步就是 ``gc.train.train_step``；只有取批次的函数 ``batch_fn`` 可以换成错误的版本。"""
+    from ..train import train_step
+
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     model.train()
-    losses = []
-    for _ in range(steps):
-        x, y = batch_fn(data, batch_size, model.config.block_size, generator=g)
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return losses
+    return [train_step(model, opt, [batch_fn(data, batch_size, model.config.block_size,
+                                             generator=g)], grad_clip=0)[0]
+            for _ in range(steps)]
 
 
 @torch.no_grad()

@@ -98,18 +98,17 @@ def train_forgetting_train(model, data, steps: int, batch_fn, eval_every: int = 
 
 def train_correctly(model, data, steps: int, batch_fn, eval_every: int = 10,
                     lr: float = 3e-3, seed: int = 0) -> list[float]:
-    """正确：评估完立刻 model.train()（``gc.train.estimate_loss`` 就是这样做的）。"""
+    """正确：评估完立刻 model.train()（``gc.train.estimate_loss`` 就是这样做的）。
+    每一步就是 ``gc.train.train_step``（不裁剪），与上面的错误版本只差评估之后那一句。"""
+    from ..train import train_step
+
     g = torch.Generator().manual_seed(seed)
     opt = torch.optim.AdamW(model.parameters(), lr=lr)
     losses = []
     for step in range(steps):
         model.train()
         x, y = batch_fn(data, 16, model.config.block_size, generator=g)
-        _, loss = model(x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        losses.append(loss.item())
+        losses.append(train_step(model, opt, [(x, y)], grad_clip=0)[0])
         if (step + 1) % eval_every == 0:
             model.eval()
             with torch.no_grad():

@@ -66,12 +66,7 @@ def speed_plot(lengths: Sequence[int], series: dict[str, Sequence[float]], ax=No
     ax.yaxis.set_minor_formatter(ScalarFormatter())
     ax.tick_params(axis="y", which="minor", labelsize=8)
     ax.set_xticks(list(lengths), [str(n) for n in lengths])
-    ax.set_xlabel("生成的新词元数")
-    ax.set_ylabel("词元 / 秒（对数坐标）")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    return ax.figure
+    return _finish(ax, "生成的新词元数", "词元 / 秒（对数坐标）", title)
 
 
 def frequency_bars(probs: Sequence[float], freqs: dict[str, Sequence[float]],
@@ -113,8 +108,13 @@ def logit_gap_plot(gaps: dict[str, Sequence[float]], ax=None,
         g = np.maximum(np.asarray(g, dtype=float), 1e-9)
         ax.plot(np.arange(len(g)), g, label=name)
     ax.set_yscale("log")
-    ax.set_xlabel("位置")
-    ax.set_ylabel("最大 |logits 之差|（对数坐标）")
+    return _finish(ax, "位置", "最大 |logits 之差|（对数坐标）", title)
+
+
+def _finish(ax, xlabel: str, ylabel: str, title: str):
+    """曲线图的收尾：坐标轴名、标题、浅网格、图例 → Figure。"""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend()
