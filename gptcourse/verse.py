@@ -126,18 +126,24 @@ def check_form(poem: str, form: str | None = None, acrostic: str | None = None) 
 # ---------------------------------------------------------------- 平水韵
 @lru_cache(maxsize=1)
 def _table() -> tuple[dict[str, tuple[str, ...]], dict[str, str], dict[str, str]]:
-    """读 data/pingshui.tsv → (字 → 韵部们, 韵部 → 平/仄, 韵部 → 它的字)。"""
+    """读 data/pingshui.tsv → (字 → 韵部们, 韵部 → 平/仄, 韵部 → 它的字)。
+
+    表的每一行是"韵部 TAB 平|仄 TAB 来源 TAB 字"：一个韵部可以有几行（每个来源补上的字各一行，
+    见 ``data/SOURCES.md``），韵部的字是这几行的并集。"""
     from .runtime import DATA_DIR
 
     groups: dict[str, tuple[str, ...]] = {}
-    tone_of, chars_of = {}, {}
+    tone_of: dict[str, str] = {}
+    chars_of: dict[str, str] = {}
     for row in (DATA_DIR / "pingshui.tsv").read_text(encoding="utf-8").splitlines():
         if row.startswith("#") or not row:
             continue
-        name, tone, chars = row.split("\t")
-        tone_of[name], chars_of[name] = tone, chars
+        name, tone, _source, chars = row.split("\t")
+        tone_of[name] = tone
+        chars_of[name] = chars_of.get(name, "") + chars
         for c in chars:
-            groups[c] = groups.get(c, ()) + (name,)
+            if name not in groups.get(c, ()):
+                groups[c] = groups.get(c, ()) + (name,)
     return groups, tone_of, chars_of
 
 
