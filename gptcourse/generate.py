@@ -47,7 +47,7 @@ def eval_mode(model: torch.nn.Module):
 
 
 def _constraint(tok, form, acrostic, rhyme=False, rhyme_group=None, tones=False):
-    if form is None and not acrostic and not (rhyme or rhyme_group or tones):
+    if form is None and not acrostic and not (rhyme or rhyme_group is not None or tones):
         return None
     return VerseConstraint(tok, form, acrostic, rhyme=rhyme, rhyme_group=rhyme_group, tones=tones)
 
@@ -293,7 +293,7 @@ def cli_main(args) -> int:
              "repetition_penalty": args.repetition_penalty, "rhyme": args.rhyme,
              "tones": args.tones}
     decoding = {**release.settings(meta), **{k: v for k, v in given.items() if v is not None}}
-    if args.rhyme_group:
+    if args.rhyme_group is not None:
         decoding["rhyme"] = True
     kw = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache, form=args.form,
               acrostic=args.acrostic, rhyme_group=args.rhyme_group, **decoding)

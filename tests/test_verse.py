@@ -63,6 +63,19 @@ def test_split_lines_and_spans():
     assert verse.line_spans("白日依山尽，黄河") == [(0, 5, "，"), (6, 8, "")]
 
 
+@pytest.mark.parametrize("poem", ["春风、花红。秋月、夜空。",                      # V21
+                                  "白日依山尽；黄河入海流。欲穷千里目：更上一层楼。"])  # V22
+def test_form_and_rhyme_split_lines_the_same_way(poem):
+    """"；：、"不断句：诗体、押韵、平仄看到的是同样的句子，韵脚只会是真正的句末字。"""
+    spans = verse.line_spans(poem)
+    assert all(m in verse.LINE_ENDS for _, _, m in spans)
+    ends = {b - 1 for _, b, _ in spans}
+    a = analyze(poem)
+    assert a.form is None and check_tones(poem) == {}
+    assert set(a.rhyme_positions) <= ends
+    assert "、" in split_lines(poem)[0][0] or "；" in split_lines(poem)[0][0]
+
+
 # ---------------------------------------------------------------- 平水韵查表
 def test_rhyme_table():
     assert len(group_names()) == 106 and len(group_names("平")) == 30
@@ -106,6 +119,24 @@ def test_non_rhymes():
     assert check_rhyme(CHUNXIAO).group is None
     assert not check_rhyme(DENGGUAN[:-2] + "天。").rhymes                # 流（尤）/ 天（先）
     assert not check_rhyme("白日依山尽，").rhymes and not check_rhyme("").rhymes
+
+
+def test_repeated_rhyme_characters():
+    r = check_rhyme(DENGGUAN)
+    assert r.repeated == [] and check_rhyme(DENGGUAN, strict=True).rhymes
+    twice = DENGGUAN.replace("流", "楼")                                # 楼…楼
+    loose, strict = check_rhyme(twice), check_rhyme(twice, strict=True)
+    assert loose.rhymes and loose.repeated == ["楼"] and loose.group == "下平十一尤"
+    assert not strict.rhymes and strict.repeated == ["楼"] and strict.positions == [10, 22]
+    first = "江上起秋风，城头见白虹。夜半闻清笛，山前有古风。"           # 首句入韵的"风"又做韵脚
+    assert check_rhyme(first).first_line and check_rhyme(first).repeated == ["风"]
+    assert check_rhyme(first).positions == [4, 10, 22]
+    # 第 3、5、7 句不入韵：它们的末字重复不算重韵
+    assert check_rhyme("白日依山尽，黄河入海流。欲穷千里尽，更上一层楼。").repeated == []
+    a = analyze(twice)
+    assert a.rhymes and a.repeated_rhymes == ["楼"] and not analyze(twice, strict=True).rhymes
+    assert analyze(DENGGUAN).to_dict()["repeated_rhymes"] == []
+    assert verse.repeated_rhyme_rate([DENGGUAN, twice, "不是诗"]) == pytest.approx(1 / 3)
 
 
 def test_polyphonic_and_neighbour_rhymes():
@@ -165,5 +196,8 @@ def test_calibration_on_real_val_poems_sets_the_thresholds():
     assert r_swap < 0.05 and r_shuf < 0.05 and 0.45 < t_shuf < 0.56
     for key, real in (("rhyme_rate", r), ("tonal_share", t)):          # 门槛 = 真实值 × 0.9
         assert THRESHOLDS[key] == math.floor(real * REFERENCE_FRACTION * 100) / 100, key
+    repeated = verse.repeated_rhyme_rate(val)                          # 重韵：门槛 = 真实值 ÷ 0.9
+    assert round(repeated * len(val)) == 7
+    assert THRESHOLDS["repeated_rhymes"] == math.ceil(repeated / REFERENCE_FRACTION * 100) / 100
     with pytest.raises(ValueError, match="为空"):
         rates([])
