@@ -36,9 +36,22 @@
 
 每条规则的结果是 True（成立）、False（不成立）或 None（有"中"或表外的字，无法判断）；
 平仄合格率 = 成立 / 可判断。拗救（一处拗、另一处救）不单独识别：拗的那一处照样记为不成立。
+
+**孤平与三平尾**（``check_taboos``，只对合格的诗体；只报告，不计入平仄合格率）："一三五不论"
+有两个例外，都只看一句的最后五个字（七言的前两字不论）：
+
+- 不犯孤平："平平仄仄平"型的句子（五字里第二、四、五字是 平、仄、平；七言"仄仄平平仄仄平"），
+  第一、三字（七言第三、五字）不能都用仄声："仄平仄仄平"除了韵脚只剩一个平声字，叫孤平。
+  第一字用了仄声，把第三字换成平声可以救："仄平平仄平"不算孤平（孤平拗救，例如许浑
+  《咸阳城东楼》"山雨欲来风满楼"）。别的句型不检查孤平（"仄仄仄平平"是正格）。
+- 不犯三平尾：一句的最后三个字不能都是平声（"下三平"，古体诗的声调；例如崔颢《黄鹤楼》
+  "白云千载空悠悠"）。
+
+有"中"或表外的字时，两种读法都试：结论一样就用它，不一样就是 None（无法判断）。
 """
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
@@ -271,6 +284,47 @@ def check_tones(poem: str) -> dict[str, bool | None]:
     return rules
 
 
+def _every_reading(tones_: list[str | None]):
+    """把"中"与表外的字（None）分别当平、当仄，列出全部读法。"""
+    options = [(t,) if t in (PING, ZE) else (PING, ZE) for t in tones_]
+    return itertools.product(*options)
+
+
+def _decide(tones_: list[str | None], rule) -> bool | None:
+    """rule 对每一种读法的结论都一样就返回它，否则 None。"""
+    verdicts = {rule(reading) for reading in _every_reading(tones_)}
+    return verdicts.pop() if len(verdicts) == 1 else None
+
+
+def _no_gu_ping(core: tuple[str, ...]) -> bool:
+    """最后五个字的一种读法不犯孤平（规则见模块说明）。"""
+    if (core[1], core[3], core[4]) != (PING, ZE, PING):   # 不是"平平仄仄平"型：不会孤平
+        return True
+    return PING in (core[0], core[2])
+
+
+def _no_san_ping(tail: tuple[str, ...]) -> bool:
+    """一句末三字的一种读法不犯三平尾。"""
+    return tail != (PING, PING, PING)
+
+
+def check_taboos(poem: str) -> dict[str, bool | None]:
+    """每一句的孤平、三平尾 → True（没犯）/ False（犯了）/ None（无法判断）。不合诗体：{}。
+
+    >>> r = check_taboos("一上高城万里愁，蒹葭杨柳似汀洲。溪云初起日沉阁，山雨欲来风满楼。")
+    >>> r["第4句不犯孤平"], r["第4句不犯三平尾"]           # 欲来风满楼：孤平拗救
+    (True, True)
+    """
+    if poem_form(poem) is None:
+        return {}
+    rules: dict[str, bool | None] = {}
+    for i, line in enumerate(split_lines(poem.removesuffix("\n"))[0]):
+        core = [tone(c) for c in line[-5:]]
+        rules[f"第{i + 1}句不犯孤平"] = _decide(core, _no_gu_ping)
+        rules[f"第{i + 1}句不犯三平尾"] = _decide(core[-3:], _no_san_ping)
+    return rules
+
+
 # ---------------------------------------------------------------- 一首诗的格律报告
 @dataclass
 class Analysis:
@@ -287,6 +341,7 @@ class Analysis:
     held: int = 0                    # 成立的规则数
     checkable: int = 0               # 可判断的规则数
     tonal_share: float | None = None  # held / checkable；没有可判断的规则时 None
+    taboos: dict[str, bool | None] = field(default_factory=dict)   # 孤平、三平尾（只报告）
 
     def to_dict(self) -> dict:
         """可以直接 json.dumps 的字典（网页演示返回它）。"""
@@ -306,7 +361,8 @@ def analyze(poem: str, neighbours: bool = False, strict: bool = False) -> Analys
                     first_line_rhymes=r.first_line, repeated_rhymes=r.repeated,
                     tones=[tone(c) if is_hanzi(c) else None for c in poem], rules=rules,
                     held=sum(checkable), checkable=len(checkable),
-                    tonal_share=sum(checkable) / len(checkable) if checkable else None)
+                    tonal_share=sum(checkable) / len(checkable) if checkable else None,
+                    taboos=check_taboos(poem))
 
 
 # ---------------------------------------------------------------- 一组诗：押韵率与平仄合格率

@@ -9,8 +9,8 @@ import pytest
 import gptcourse as gc
 from gptcourse import verse
 from gptcourse.acceptance import REFERENCE_FRACTION, THRESHOLDS
-from gptcourse.verse import (analyze, check_form, check_rhyme, check_tones, group_chars,
-                             group_names, is_hanzi, poem_form, rates, resolve_group,
+from gptcourse.verse import (analyze, check_form, check_rhyme, check_taboos, check_tones,
+                             group_chars, group_names, is_hanzi, poem_form, rates, resolve_group,
                              rhyme_groups, shuffle_chars, split_lines, swap_rhymes, tone)
 
 JINGYESI = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"      # 李白《静夜思》，古绝
@@ -160,6 +160,42 @@ def test_tone_rules():
     assert check_tones(CHUNXIAO)["第2句第2、4字分明"] is True          # 处（仄）/ 啼（平）
     assert check_tones(CHUNXIAO.replace("啼", "髪"))["第2句第2、4字分明"] is None  # 表外
     assert check_tones("白日依山尽") == {}
+
+
+XIANYANG = ("一上高城万里愁，蒹葭杨柳似汀洲。溪云初起日沉阁，山雨欲来风满楼。"   # 许浑，咸阳城东楼
+            "鸟下绿芜秦苑夕，蝉鸣黄叶汉宫秋。行人莫问当年事，故国东来渭水流。")
+ZHONGNAN = "终南阴岭秀，积雪浮云端。林表明霁色，城中增暮寒。"       # 祖咏《终南望余雪》
+
+
+def test_gu_ping_with_its_famous_rescue():
+    # "山雨欲来风满楼"：最后五字 欲来风满楼 = 仄平平仄平。第三字"欲"（入声）本该平而用了仄，
+    # 第五字"风"用平声来救（孤平拗救），不算孤平
+    assert [tone(c) for c in "欲来风满楼"] == ["仄", "平", "平", "仄", "平"]
+    taboos = check_taboos(XIANYANG)
+    assert taboos["第4句不犯孤平"] is True and len(taboos) == 16
+    broken = XIANYANG.replace("风满楼", "雨满楼")                   # 不救：仄平仄仄平 → 孤平
+    assert check_taboos(broken)["第4句不犯孤平"] is False
+    assert check_taboos(DENGGUAN.replace("黄河", "白河"))["第2句不犯孤平"] is False   # 五言
+    assert check_taboos(DENGGUAN)["第2句不犯孤平"] is True                          # 平平仄仄平
+    assert check_taboos(DENGGUAN)["第4句不犯孤平"] is True        # 仄仄仄平平：正格，不是孤平
+    front = XIANYANG.replace("山雨欲来风满楼", "春山欲来雨满楼")    # 七言前两字不论：平声救不了
+    assert check_taboos(front)["第4句不犯孤平"] is False
+
+
+def test_san_ping_wei():
+    assert check_taboos(ZHONGNAN)["第2句不犯三平尾"] is False        # 积雪浮云端：仄仄平平平
+    assert check_taboos(ZHONGNAN)["第4句不犯三平尾"] is True         # 城中增暮寒
+    assert check_taboos(HUANGHELOU)["第4句不犯三平尾"] is None       # 空悠悠："空"可平可仄
+    assert check_taboos(HUANGHELOU.replace("空悠悠", "春悠悠"))["第4句不犯三平尾"] is False
+    assert check_taboos("白日依山尽") == {}                           # 不合诗体：不检查
+
+
+def test_taboos_are_reported_not_counted():
+    a = analyze(ZHONGNAN)
+    assert a.taboos == check_taboos(ZHONGNAN) and a.taboos["第2句不犯三平尾"] is False
+    assert not set(a.rules) & set(a.taboos) and a.checkable == sum(
+        v is not None for v in check_tones(ZHONGNAN).values())
+    assert json.loads(json.dumps(a.to_dict(), ensure_ascii=False))["taboos"] == a.taboos
 
 
 def test_analyze_report():
