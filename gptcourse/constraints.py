@@ -10,13 +10,15 @@
 - 押韵（``rhyme=True``）：双数句的末字只允许同一个平声韵部的字。韵部由 ``rhyme_group`` 指定，
   否则由第一个双数句的末字决定（那时允许任何平声字）；多音字可能属于几个平声韵部，之后的
   韵脚只要与到目前为止的全部韵脚共有一个韵部即可，所以写完时一定有一个共同的韵部。
+  不重韵：韵脚不许用首句末字或前面双数句末字里已经有的字（``verse`` 的重韵规则）。
 - 平仄（``tones=True``）：第 2、4、6 字（``verse.tone_positions``）只允许表里有平仄的字，并且
   与已经写下的字满足 分明（同句前一个讲平仄的字）、对（一联上句的同一位置）、
   粘（第 3、5、7 句第 2 字与上一句第 2 字）。"中"（可平可仄）的字哪一边都允许；它之后相关的
   规则就"无法判断"，但绝不会"不成立"。
 
 一个位置的掩码为空时（词表里没有所选韵部的字、只有一种声调的字……）按固定的顺序放宽：
-先放弃平仄，再放弃押韵，诗体与藏头永不放宽；放宽过的约束记在 ``fallbacks`` 里。
+先放弃平仄，再放弃"不重韵"，再放弃押韵，诗体与藏头永不放宽；放宽过的约束记在 ``fallbacks`` 里。
+指定的 ``rhyme_group`` 在词表里一个字也没有时不放宽，而是一开始就抛出 ``verse.RhymeGroupError``。
 
 只给藏头、不给诗体时：句数 = 藏头字数（4 或 8），每句 5 字还是 7 字由模型在第一句里自己决定。
 诗体和藏头都不给、只要押韵或平仄时：四种诗体都可以——每句几个字由第一句决定，写完第 4 句后
@@ -36,8 +38,8 @@ from typing import NamedTuple
 import torch
 
 from .errors import UserError
-from .verse import (BOTH, COMMA, FORMS, PERIOD, PING, PUNCT, ZE, end_marks, group_names,
-                    is_hanzi, ping_groups, resolve_group, tone, tone_positions)
+from .verse import (BOTH, COMMA, FORMS, PERIOD, PING, PUNCT, ZE, RhymeGroupError, end_marks,
+                    group_names, is_hanzi, ping_groups, resolve_group, tone, tone_positions)
 from .verse import check_form  # noqa: F401  旧的导入位置（笔记本 05、测试）仍然可用
 
 _OPPOSITE = {PING: ZE, ZE: PING}
@@ -56,6 +58,8 @@ class State(NamedTuple):
     cur: tuple                       # 这一句各字的平仄
     prev: tuple                      # 上一句各字的平仄
     groups: frozenset | None         # 韵部候选；None = 还没有韵脚；空 = 押韵已放弃
+    last: str = ""                   # 最近写下的汉字
+    rhymed: frozenset = frozenset()  # 已经写完的首句与双数句的末字（后面的韵脚不许再用：重韵）
 
 
 class VerseConstraint:
@@ -67,7 +71,7 @@ class VerseConstraint:
 
     def __init__(self, tok, form: str | None = None, acrostic: str | None = None,
                  rhyme: bool = False, rhyme_group: str | None = None, tones: bool = False):
-        if form is None and not acrostic and not (rhyme or rhyme_group or tones):
+        if form is None and not acrostic and not (rhyme or rhyme_group is not None or tones):
             raise UserError("VerseConstraint 需要诗体 form、藏头 acrostic 或押韵/平仄约束之一")
         if form is not None and form not in FORMS:
             raise UserError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
@@ -93,9 +97,9 @@ class VerseConstraint:
             if self.n_lines not in (4, 8):
                 raise UserError(f"藏头字应有 4 个（绝句）或 8 个（律诗），收到 {len(acrostic)} 个")
         self.form, self.acrostic = form, acrostic or None
-        self.rhyme_group = resolve_group(rhyme_group) if rhyme_group else None
-        self.rhyme, self.tones = bool(rhyme or rhyme_group), bool(tones)
-        self.fallbacks: set[str] = set()         # 放宽过的约束："平仄" / "押韵"
+        self.rhyme_group = resolve_group(rhyme_group) if rhyme_group is not None else None
+        self.rhyme, self.tones = bool(rhyme or self.rhyme_group), bool(tones)
+        self.fallbacks: set[str] = set()         # 放宽过的约束："平仄" / "重韵" / "押韵"
         self.eos_id = tok.eos_id
         self._V = tok.vocab_size
         chars = [p if len(p) == 1 and is_hanzi(p) else None for p in pieces]
@@ -106,6 +110,9 @@ class VerseConstraint:
         self._ends = [self._ids(end_marks(i)) for i in (0, 1)]                  # 单数句 / 双数句
         self._cache: dict = {}
         self._states: dict[str, State] = {"": State(0, 0, self.line_len, (), (), None)}
+        if self.rhyme_group and not self._rhyme_mask(None).any():
+            raise RhymeGroupError(f"词表里没有{self.rhyme_group}的字，无法押这个韵；"
+                                  f"换一个韵部，或不指定韵部（rhyme=True）")
 
     # ---------------------------------------------------------------- 掩码的零件
     def _mask(self, keep) -> torch.Tensor:
@@ -124,6 +131,12 @@ class VerseConstraint:
             self._cache[key] = m
         return self._cache[key]
 
+    def _no_repeat_mask(self, rhymed: frozenset) -> torch.Tensor:
+        key = ("no repeat", rhymed)
+        if key not in self._cache:
+            self._cache[key] = self.hanzi & ~self._ids("".join(rhymed))
+        return self._cache[key]
+
     def _rhyme_mask(self, groups: frozenset | None) -> torch.Tensor:
         key = ("rhyme", groups)
         if key not in self._cache:
@@ -138,7 +151,7 @@ class VerseConstraint:
         return end_marks(line)[0]
 
     def _step(self, s: State, ch: str) -> State:
-        line, count, L, cur, prev, groups = s
+        line, count, L, cur, prev, groups, last, rhymed = s
         if line >= (self.n_lines or 8):
             raise UserError(f"这首诗已经写完 {self.n_lines or 8} 句，后面不能再有“{ch}”")
         if ch in PUNCT:
@@ -147,7 +160,9 @@ class VerseConstraint:
             if ch not in end_marks(line):
                 raise UserError(f"第 {line + 1} 句应以“{'”“'.join(end_marks(line))}”之一结尾，"
                                  f"收到“{ch}”")
-            return State(line + 1, 0, count, (), cur, groups)
+            if line == 0 or line % 2 == 1:                     # 可能入韵的句末：记下末字
+                rhymed = rhymed | {last}
+            return State(line + 1, 0, count, (), cur, groups, "", rhymed)
         if not is_hanzi(ch):
             raise UserError(f"格式约束下不能出现字符 {ch!r}（只允许汉字与句末标点）")
         if count == 0 and self.acrostic and ch != self.acrostic[line]:
@@ -158,7 +173,7 @@ class VerseConstraint:
             pool = groups if groups is not None else (
                 {self.rhyme_group} if self.rhyme_group else set(group_names(PING)))
             groups = frozenset(set(ping_groups(ch)) & pool)       # 空 = 这个韵脚不押韵
-        return State(line, count + 1, L, cur + (tone(ch),), prev, groups)
+        return State(line, count + 1, L, cur + (tone(ch),), prev, groups, ch, rhymed)
 
     def _parse(self, poem: str) -> State:
         """poem 的状态：从缓存里最长的前缀接着逐字解析（解码时每步只走一个字）。"""
@@ -188,7 +203,7 @@ class VerseConstraint:
     # ---------------------------------------------------------------- 掩码
     def _tone_target(self, s: State) -> set[str] | None:
         """下一个字该是的平仄（可能为空集 = 不限、两个 = 有冲突）；不是讲平仄的位置时 None。"""
-        line, count, L, cur, prev, _ = s
+        line, count, L, cur, prev = s[:5]
         P = tone_positions(L or 7)
         if count not in P:
             return None
@@ -206,6 +221,7 @@ class VerseConstraint:
         parts = []                                          # (名字, 掩码)：按放宽的逆序排列
         if self.rhyme and s.line % 2 == 1 and s.count + 1 == s.L and s.groups != frozenset():
             parts.append(("押韵", self._rhyme_mask(s.groups)))
+            parts.append(("重韵", self._no_repeat_mask(s.rhymed)))
         target = self._tone_target(s) if self.tones else None
         if target is not None:
             key = ("tone", frozenset(target))
@@ -221,7 +237,7 @@ class VerseConstraint:
                 m = m & p
             if m.any():
                 return m
-            self.fallbacks.add(parts.pop()[0])              # 先放弃平仄，再放弃押韵
+            self.fallbacks.add(parts.pop()[0])              # 先放弃平仄，再重韵，再押韵
         return self.hanzi
 
     def allowed(self, poem: str) -> torch.Tensor:

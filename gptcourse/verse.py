@@ -6,11 +6,13 @@
 **汉字**：CJK 统一表意文字基本区 U+4E00–9FFF、扩展 A（U+3400–4DBF）、扩展 B–H（U+20000–323AF）
 与兼容表意文字（U+F900–FAFF、U+2F800–2FA1F）。假名、"〇"、<unk>（U+FFFD）都不是汉字。
 
-**断句与诗体**：一句 = 两个标点之间的字（标点见 ``PUNCT``）。四种近体诗：4 或 8 句，每句同为 5 或
-7 个汉字；单数句（第 1、3…句）以"，"结尾，双数句（一联的末尾）以"。"结尾，"。"也可以换成
-"？""！"（后人加的语气标点：问句、叹句一般在一联末尾收住；语料里 ？！ 只出现在这里）。
+**断句与诗体**：一句 = 两个句末标点之间的字（句末标点 ``LINE_ENDS`` = "，。？！"；诗体、押韵、
+平仄都按这同一种断句）。"；""：""、"（``PUNCT`` 里的其余标点）不断句：含有它们的一句不是汉字句，
+这首诗不合诗体。四种近体诗：4 或 8 句，每句同为 5 或 7 个汉字；单数句（第 1、3…句）以"，"
+结尾，双数句（一联的末尾）以"。"结尾，"。"也可以换成"？""！"（后人加的语气标点：问句、叹句
+一般在一联末尾收住；语料里 ？！ 只出现在这里）。
 单数句末的"？""！"不算（《唐诗三百首》319 首里有 14 首这样标点，例如《黄鹤楼》
-"日暮乡关何处是？"——这样的诗要把它改回"，"才算合格）。"；""：""、"不算句末。
+"日暮乡关何处是？"——这样的诗要把它改回"，"才算合格）。
 诗末的一个换行（结束符）可以有，别的字符都不行。
 
 **平水韵**：106 个韵部（平声 30、上声 29、去声 30、入声 17），表在 ``data/pingshui.tsv``
@@ -22,6 +24,10 @@
 默认严格：首句也必须同部才算入韵；``neighbours=True`` 时首句可以借 ``NEIGHBOURS`` 里的邻韵
 （"首句借邻韵"），双数句永远严格。
 
+**重韵**（``check_rhyme(...).repeated``）：同一个字在一首诗里做了两次韵脚（入韵的首句末字也算），
+例如"恩……恩"。近体诗忌重韵（真实的验证集诗 1,774 首里只有 7 首，见 ``acceptance.THRESHOLDS``）。
+``strict=True`` 时重韵的诗不算押韵；默认只报告，押韵率照旧只看韵部。
+
 **平仄**（``check_tones``，只对合格的诗体）：每条规则只比较句中第 2、4、6 字（"一三五不论"）：
 
 - 分明：一句之内第 2、4 字平仄相反，七言第 4、6 字也相反；
@@ -29,20 +35,34 @@
 - 粘：下一联的上句第 2 字与上一联的下句第 2 字相同（第 3 句粘第 2 句，第 5 句粘第 4 句…）。
 
 每条规则的结果是 True（成立）、False（不成立）或 None（有"中"或表外的字，无法判断）；
-平仄合格率 = 成立 / 可判断。孤平、拗救不检查。
+平仄合格率 = 成立 / 可判断。拗救（一处拗、另一处救）不单独识别：拗的那一处照样记为不成立。
+
+**孤平与三平尾**（``check_taboos``，只对合格的诗体；只报告，不计入平仄合格率）："一三五不论"
+有两个例外，都只看一句的最后五个字（七言的前两字不论）：
+
+- 不犯孤平："平平仄仄平"型的句子（五字里第二、四、五字是 平、仄、平；七言"仄仄平平仄仄平"），
+  第一、三字（七言第三、五字）不能都用仄声："仄平仄仄平"除了韵脚只剩一个平声字，叫孤平。
+  第一字用了仄声，把第三字换成平声可以救："仄平平仄平"不算孤平（孤平拗救，例如许浑
+  《咸阳城东楼》"山雨欲来风满楼"）。别的句型不检查孤平（"仄仄仄平平"是正格）。
+- 不犯三平尾：一句的最后三个字不能都是平声（"下三平"，古体诗的声调；例如崔颢《黄鹤楼》
+  "白云千载空悠悠"）。
+
+有"中"或表外的字时，两种读法都试：结论一样就用它，不一样就是 None（无法判断）。
 """
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
 from .errors import UserError
 
-PUNCT = "，。？！；：、"                  # 断句的标点（语料里实际只出现 ，。？！）
+PUNCT = "，。？！；：、"                  # 诗里可能出现的标点（语料里实际只出现 ，。？！）
 COMMA, PERIOD = "，", "。"
 ODD_ENDS = "，"                           # 单数句（第 1、3…句）可用的句末标点
 EVEN_ENDS = "。？！"                      # 双数句可用的句末标点
+LINE_ENDS = ODD_ENDS + EVEN_ENDS          # 断句只看这四个（诗体、押韵、平仄同一套）
 FORMS: dict[str, tuple[int, int]] = {"五绝": (5, 4), "五律": (5, 8), "七绝": (7, 4), "七律": (7, 8)}
 FORM_OF: dict[tuple[int, int], str] = {v: k for k, v in FORMS.items()}    # (字数, 句数) → 名字
 PING, ZE, BOTH = "平", "仄", "中"
@@ -69,10 +89,10 @@ def end_marks(line: int) -> str:
 # ---------------------------------------------------------------- 断句与诗体
 def line_spans(poem: str) -> list[tuple[int, int, str]]:
     """每一句在 poem 里的位置：[(起, 止, 句末标点)]，poem[起:止] 是这一句的字；最后一句若没有
-    标点，标点为 ""。"""
+    标点，标点为 ""。只有 ``LINE_ENDS`` 断句（"；：、"留在句子里）。"""
     spans, start = [], 0
     for i, c in enumerate(poem):
-        if c in PUNCT:
+        if c in LINE_ENDS:
             spans.append((start, i, c))
             start = i + 1
     if start < len(poem):
@@ -128,18 +148,24 @@ def check_form(poem: str, form: str | None = None, acrostic: str | None = None) 
 # ---------------------------------------------------------------- 平水韵
 @lru_cache(maxsize=1)
 def _table() -> tuple[dict[str, tuple[str, ...]], dict[str, str], dict[str, str]]:
-    """读 data/pingshui.tsv → (字 → 韵部们, 韵部 → 平/仄, 韵部 → 它的字)。"""
+    """读 data/pingshui.tsv → (字 → 韵部们, 韵部 → 平/仄, 韵部 → 它的字)。
+
+    表的每一行是"韵部 TAB 平|仄 TAB 来源 TAB 字"：一个韵部可以有几行（每个来源补上的字各一行，
+    见 ``data/SOURCES.md``），韵部的字是这几行的并集。"""
     from .runtime import DATA_DIR
 
     groups: dict[str, tuple[str, ...]] = {}
-    tone_of, chars_of = {}, {}
+    tone_of: dict[str, str] = {}
+    chars_of: dict[str, str] = {}
     for row in (DATA_DIR / "pingshui.tsv").read_text(encoding="utf-8").splitlines():
         if row.startswith("#") or not row:
             continue
-        name, tone, chars = row.split("\t")
-        tone_of[name], chars_of[name] = tone, chars
+        name, tone, _source, chars = row.split("\t")
+        tone_of[name] = tone
+        chars_of[name] = chars_of.get(name, "") + chars
         for c in chars:
-            groups[c] = groups.get(c, ()) + (name,)
+            if name not in groups.get(c, ()):
+                groups[c] = groups.get(c, ()) + (name,)
     return groups, tone_of, chars_of
 
 
@@ -170,12 +196,18 @@ def group_chars(name: str) -> str:
     return _table()[2][resolve_group(name)]
 
 
+class RhymeGroupError(UserError):
+    """要求的韵部用不了：名字不是平声韵部（包括空字符串），或词表里没有这个韵部的字。"""
+
+
 def resolve_group(name: str) -> str:
-    """平声韵部的全名，或它的韵目字（"阳" → "下平七阳"）→ 全名；别的名字抛出 ValueError。"""
+    """平声韵部的全名，或它的韵目字（"阳" → "下平七阳"）→ 全名；别的名字（包括 ""）抛出
+    RhymeGroupError（ValueError 的子类）。"""
     for g in group_names(PING):
-        if name in (g, g[-1]):
+        if isinstance(name, str) and name in (g, g[-1]):
             return g
-    raise UserError(f"未知的平声韵部 {name!r}；可写全名或韵目字：{'、'.join(group_names(PING))}")
+    raise RhymeGroupError(f"未知的平声韵部 {name!r}；可写全名或韵目字："
+                          f"{'、'.join(group_names(PING))}")
 
 
 def _neighbours(group: str) -> set[str]:
@@ -188,14 +220,21 @@ def _neighbours(group: str) -> set[str]:
 # ---------------------------------------------------------------- 押韵
 @dataclass(frozen=True)
 class RhymeCheck:
-    rhymes: bool                 # 双数句的韵脚同属一个平声韵部
+    rhymes: bool                 # 双数句的韵脚同属一个平声韵部（strict 时还要求没有重韵）
     group: str | None            # 那个韵部
     positions: list[int]         # 入韵的字在 poem 里的下标（首句入韵时包括首句末字）
     first_line: bool             # 首句是否入韵
+    repeated: list[str] = field(default_factory=list)   # 重韵：做了不止一次韵脚的字（按出现顺序）
 
 
-def check_rhyme(poem: str, neighbours: bool = False) -> RhymeCheck:
-    """押韵检查（规则见模块说明）。少于两句（有句末标点的）时不押韵。"""
+def check_rhyme(poem: str, neighbours: bool = False, strict: bool = False) -> RhymeCheck:
+    """押韵与重韵检查（规则见模块说明）。少于两句（有句末标点的）时不押韵。
+
+    >>> check_rhyme("红烛浓花发，朱衣落挂空。庭花香寂浩，门唤唱歌空。").repeated
+    ['空']
+    """
+    if not isinstance(poem, str):
+        raise TypeError(f"poem 应是字符串，收到 {type(poem).__name__}")
     spans = [s for s in line_spans(poem) if s[2] and s[1] > s[0]]
     ends = [b - 1 for _, b, _ in spans]                 # 每句末字的下标
     even = ends[1::2]
@@ -210,7 +249,10 @@ def check_rhyme(poem: str, neighbours: bool = False) -> RhymeCheck:
     order = [g for g in group_names(PING) if g in shared]
     group = next((g for g in order if g in first), order[0])
     ok_first = group in first or (neighbours and bool(first & _neighbours(group)))
-    return RhymeCheck(True, group, ([ends[0]] if ok_first else []) + even, ok_first)
+    positions = ([ends[0]] if ok_first else []) + even
+    feet = [poem[i] for i in positions]
+    repeated = [c for c in dict.fromkeys(feet) if feet.count(c) > 1]
+    return RhymeCheck(not (strict and repeated), group, positions, ok_first, repeated)
 
 
 # ---------------------------------------------------------------- 平仄
@@ -244,6 +286,47 @@ def check_tones(poem: str) -> dict[str, bool | None]:
     return rules
 
 
+def _every_reading(tones_: list[str | None]):
+    """把"中"与表外的字（None）分别当平、当仄，列出全部读法。"""
+    options = [(t,) if t in (PING, ZE) else (PING, ZE) for t in tones_]
+    return itertools.product(*options)
+
+
+def _decide(tones_: list[str | None], rule) -> bool | None:
+    """rule 对每一种读法的结论都一样就返回它，否则 None。"""
+    verdicts = {rule(reading) for reading in _every_reading(tones_)}
+    return verdicts.pop() if len(verdicts) == 1 else None
+
+
+def _no_gu_ping(core: tuple[str, ...]) -> bool:
+    """最后五个字的一种读法不犯孤平（规则见模块说明）。"""
+    if (core[1], core[3], core[4]) != (PING, ZE, PING):   # 不是"平平仄仄平"型：不会孤平
+        return True
+    return PING in (core[0], core[2])
+
+
+def _no_san_ping(tail: tuple[str, ...]) -> bool:
+    """一句末三字的一种读法不犯三平尾。"""
+    return tail != (PING, PING, PING)
+
+
+def check_taboos(poem: str) -> dict[str, bool | None]:
+    """每一句的孤平、三平尾 → True（没犯）/ False（犯了）/ None（无法判断）。不合诗体：{}。
+
+    >>> r = check_taboos("一上高城万里愁，蒹葭杨柳似汀洲。溪云初起日沉阁，山雨欲来风满楼。")
+    >>> r["第4句不犯孤平"], r["第4句不犯三平尾"]           # 欲来风满楼：孤平拗救
+    (True, True)
+    """
+    if poem_form(poem) is None:
+        return {}
+    rules: dict[str, bool | None] = {}
+    for i, line in enumerate(split_lines(poem.removesuffix("\n"))[0]):
+        core = [tone(c) for c in line[-5:]]
+        rules[f"第{i + 1}句不犯孤平"] = _decide(core, _no_gu_ping)
+        rules[f"第{i + 1}句不犯三平尾"] = _decide(core[-3:], _no_san_ping)
+    return rules
+
+
 # ---------------------------------------------------------------- 一首诗的格律报告
 @dataclass
 class Analysis:
@@ -254,31 +337,34 @@ class Analysis:
     rhyme_group: str | None
     rhyme_positions: list[int]       # 韵脚在 poem 里的下标
     first_line_rhymes: bool
+    repeated_rhymes: list[str]       # 重韵的字（做了不止一次韵脚）；[] = 没有重韵
     tones: list[str | None]          # 与 poem 等长：每个字的 平/仄/中/None
     rules: dict[str, bool | None] = field(default_factory=dict)
     held: int = 0                    # 成立的规则数
     checkable: int = 0               # 可判断的规则数
     tonal_share: float | None = None  # held / checkable；没有可判断的规则时 None
+    taboos: dict[str, bool | None] = field(default_factory=dict)   # 孤平、三平尾（只报告）
 
     def to_dict(self) -> dict:
         """可以直接 json.dumps 的字典（网页演示返回它）。"""
         return asdict(self)
 
 
-def analyze(poem: str, neighbours: bool = False) -> Analysis:
-    """一首诗的格律报告：诗体、押韵（韵部与韵脚位置）、每个字的平仄、平仄规则与合格率。"""
+def analyze(poem: str, neighbours: bool = False, strict: bool = False) -> Analysis:
+    """一首诗的格律报告：诗体、押韵（韵部、韵脚位置、重韵）、每个字的平仄、平仄规则与合格率。"""
     if not isinstance(poem, str):
         raise TypeError(f"poem 应是字符串，收到 {type(poem).__name__}")
     form = poem_form(poem)
-    r = check_rhyme(poem, neighbours)
+    r = check_rhyme(poem, neighbours, strict)
     rules = check_tones(poem)
     checkable = [v for v in rules.values() if v is not None]
     return Analysis(poem=poem, form=form, valid_form=form is not None, rhymes=r.rhymes,
                     rhyme_group=r.group, rhyme_positions=r.positions,
-                    first_line_rhymes=r.first_line,
+                    first_line_rhymes=r.first_line, repeated_rhymes=r.repeated,
                     tones=[tone(c) if is_hanzi(c) else None for c in poem], rules=rules,
                     held=sum(checkable), checkable=len(checkable),
-                    tonal_share=sum(checkable) / len(checkable) if checkable else None)
+                    tonal_share=sum(checkable) / len(checkable) if checkable else None,
+                    taboos=check_taboos(poem))
 
 
 # ---------------------------------------------------------------- 一组诗：押韵率与平仄合格率
@@ -291,6 +377,14 @@ def rates(poems: list[str]) -> tuple[float, float]:
     held, checkable = sum(a.held for a in reports), sum(a.checkable for a in reports)
     return (sum(a.valid_form and a.rhymes for a in reports) / len(reports),
             held / checkable if checkable else 0.0)
+
+
+def repeated_rhyme_rate(poems: list[str]) -> float:
+    """重韵率 = 合乎诗体、押韵、却有重韵的诗 / 全部诗。"""
+    if not poems:
+        raise UserError("poems 为空")
+    reports = [analyze(p.removesuffix("\n")) for p in poems]
+    return sum(a.valid_form and a.rhymes and bool(a.repeated_rhymes) for a in reports) / len(poems)
 
 
 def swap_rhymes(poems: list[str], seed: int = 0) -> list[str]:

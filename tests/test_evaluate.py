@@ -254,6 +254,7 @@ def test_acceptance_checks_and_table():
     assert by["格律合格率"].value == 0.75 and not by["格律合格率"].passed
     assert by["逐句照抄率"].value == pytest.approx(4 / 22)       # 22 句里只有五绝那 4 句
     assert by["押韵率"].value == 0.75                           # 不合诗体的那首不算押韵
+    assert by["重韵率"].value == 0.0 and by["重韵率"].rule == "≤ 0.010"
     assert by["平仄合格率"].value == 1.0                      # 三首合格的诗每条可判断的规则都成立
     assert by["与训练集最长公共子串 (字, 平均)"].value == pytest.approx(
         sum(_brute_longest(p, train) for p in poems) / 4)
@@ -265,7 +266,9 @@ def test_acceptance_checks_and_table():
         "form_rate": 0.5, "copied_lines": 0.5, "longest_shared": 30, "distinct_1": 0,
         "distinct_2": 0, "repetition": 1, "rhyme_rate": 0.5, "tonal_share": 0.5})
     assert all(c.passed for c in relaxed)
-    assert acceptance_table(relaxed).endswith("结论：放行 PASS（8/8 项通过）")
+    assert acceptance_table(relaxed).endswith("结论：放行 PASS（9/9 项通过）")
+    again = acceptance_checks([WUJUE.replace("流", "楼")], train)   # 流→楼：楼…楼 重韵
+    assert {c.name: c.value for c in again}["重韵率"] == 1.0
     with pytest.raises(ValueError, match="未知的门槛"):
         acceptance_checks(poems, train, thresholds={"bleu": 1})
     with pytest.raises(ValueError, match="为空"):
