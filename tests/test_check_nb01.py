@@ -72,11 +72,12 @@ def test_unfinished_exercise_says_not_done_and_is_recorded(capsys):
     assert gc.check.merge_pair(None) is False
     assert "还没完成" in capsys.readouterr().out
     from gptcourse.check import _common
-    assert _common.RESULTS["count_pairs"]["passed"] is False
-    assert _common.RESULTS["count_pairs"]["message"].startswith("还没完成")
+    assert _common.RESULTS["nb01.count_pairs"]["passed"] is False
+    assert _common.RESULTS["nb01.count_pairs"]["message"] == "还没完成：提示：数相邻的一对"
     assert gc.check.count_pairs(nb01.solution_count_pairs) is True
-    assert _common.RESULTS["count_pairs"] == {"exercise": "count_pairs", "passed": True,
-                                              "message": "正确"}
+    assert _common.RESULTS["nb01.count_pairs"] == {
+        "key": "nb01.count_pairs", "chapter": "nb01", "exercise": "count_pairs", "passed": True,
+        "message": "正确"}
 
 
 def test_every_exercise_has_a_wrong_answer_test():

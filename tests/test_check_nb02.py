@@ -189,7 +189,7 @@ def test_every_exercise_is_listed_exported_and_has_a_reference():
 @pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_reference_solutions_pass(passes, name, capsys):
     assert passes(getattr(nb02, name), *REFERENCE[name]())[0]
-    assert _common.RESULTS[name]["passed"] is True
+    assert _common.RESULTS[f"nb02.{name}"]["passed"] is True
 
 
 def test_leaky_model_reference_passes(passes, learner_model):
@@ -202,6 +202,10 @@ def test_show_solution(capsys):
     assert "torch.tril" in capsys.readouterr().out
     gc.check.show_solution("build_vocab")                            # 笔记本 01 的仍然可用
     assert "def solution_build_vocab" in capsys.readouterr().out
+    gc.check.show_solution("nb02.guess_offset")                      # 两章都有：写上章节
+    assert "return 5" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="nb02.guess_offset"):
+        gc.check.show_solution("guess_offset")
 
 
 def test_stubs_and_none_say_not_done(passes, capsys):

@@ -19,7 +19,7 @@ def test_exported_and_solutions_pass(passes, capsys):
     for name in nb03.EXERCISES:
         assert getattr(nb03, name).is_exercise, name
         if name not in nb03.PREDICTIONS:
-            assert passes(getattr(nb03, name), gc.check.SOLUTIONS[name])[0], name
+            assert passes(getattr(nb03, name), nb03.SOLUTIONS[name])[0], name
     gc.check.show_solution("train_step")
     assert "zero_grad(set_to_none=True)" in capsys.readouterr().out
     nb03.predict_windows("A", 5.9, 5.5)                                 # 猜错的一题

@@ -8,12 +8,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from ._common import (SOLUTIONS, _call, _compare, _fail, _ok,  # noqa: F401
-                      exercise, show_solution)
+from ._common import _call, _compare, _fail, _ok, exercise, register
 
 __all__ = ["build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encode", "bpe_decode",
            "guess_compression", "guess_leak", "split_by_poem", "near_duplicate", "shift_xy",
-           "show_solution", "SOLUTIONS"]
+           "EXERCISES", "SOLUTIONS"]
 
 # 本笔记本的练习，按出现顺序（检查器名 == 参考答案名）；SOLUTIONS 是各笔记本共用的登记表
 EXERCISES = ("build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encode", "bpe_decode",
@@ -70,18 +69,18 @@ def solution_split_by_poem(text: str) -> dict[str, str]:
     return {k: "".join(v) for k, v in parts.items()}
 
 
-SOLUTIONS.update({
+SOLUTIONS = {                                   # 本章的参考答案（不带章节）；登记见下面的 register
     "build_vocab": solution_build_vocab,
     "count_pairs": solution_count_pairs,
     "merge_pair": solution_merge_pair,
     "shift_xy": solution_shift_xy,
     "split_by_poem": solution_split_by_poem,
-})
+}
 from . import nb01_bpe as _bpe  # noqa: E402  BPE 与数据卫生的练习（一个模块放不下）
 from .nb01_bpe import (bpe_decode, bpe_encode, bpe_train, guess_compression,  # noqa: E402,F401
                        guess_leak, near_duplicate)
 
-SOLUTIONS.update(_bpe.SOLUTIONS_BPE)
+SOLUTIONS = register("nb01", {**SOLUTIONS, **_bpe.SOLUTIONS_BPE})
 
 
 # ---------------------------------------------------------------- 检查器

@@ -23,7 +23,7 @@ from ..config import preset
 from ..data import get_batch
 from ..model import GPT
 from ..train import TrainConfig, batch_generator, train
-from ._common import SOLUTIONS, _call, _fail, _ok, exercise, results
+from ._common import _call, _fail, _ok, choice, exercise, register, results
 
 EXERCISES = ("cross_entropy", "perplexity", "param_groups", "lr_schedule", "train_step",
              "accumulate_grads", "estimate_loss", "training_loop", "early_stopping",
@@ -160,8 +160,8 @@ def solution_early_stopping(evals: list[dict], patience: int) -> tuple[int, int]
     return best_step, evals[-1]["step"]
 
 
-SOLUTIONS.update({name: globals()[f"solution_{name}"] for name in EXERCISES
-                  if name not in PREDICTIONS})
+SOLUTIONS = register("nb03", {name: globals()[f"solution_{name}"] for name in EXERCISES
+                              if name not in PREDICTIONS})
 
 
 # ---------------------------------------------------------------- 检查器：写函数
@@ -568,24 +568,6 @@ def early_stopping(fn) -> bool:
 
 
 # ---------------------------------------------------------------- 检查器："先猜一猜"
-def _letter(guess, options: dict[str, str]) -> str:
-    g = str(guess).strip().upper()
-    if g not in options:
-        raise ValueError(f"请填 {'、'.join(options)} 中的一个字母，收到 {guess!r}")
-    return g
-
-
-def _judge(guess, options: dict[str, str], right: str, why: str) -> bool:
-    try:
-        g = _letter(guess, options)
-    except ValueError as e:
-        return _fail(str(e))
-    if g == right:
-        print(f"猜对了：{options[right]}。{why}")
-        return _ok()
-    return _fail(f"你猜的是 {g}（{options[g]}），实验给出的是 {right}（{options[right]}）。{why}")
-
-
 INIT_OPTIONS = {"A": "接近 0", "B": "大约 1", "C": "大约 ln V", "D": "大约 V"}
 
 
@@ -594,9 +576,9 @@ def predict_init_loss(guess, measured: float, vocab_size: int) -> bool:
     """先猜：刚初始化的模型在真实诗句上的损失是多少？"""
     values = {"A": 0.0, "B": 1.0, "C": math.log(vocab_size), "D": float(vocab_size)}
     right = min(values, key=lambda k: abs(values[k] - measured))
-    return _judge(guess, INIT_OPTIONS, right,
-                  f"量出来是 {measured:.3f}，ln {vocab_size} = {math.log(vocab_size):.3f}："
-                  "logits 几乎全是 0，softmax 接近均匀分布，每个字的概率约 1/V")
+    return choice(guess, right, INIT_OPTIONS,
+                  why=f"量出来是 {measured:.3f}，ln {vocab_size} = {math.log(vocab_size):.3f}："
+                      "logits 几乎全是 0，softmax 接近均匀分布，每个字的概率约 1/V")
 
 
 BF16_OPTIONS = {"A": "比换一个批次的起伏还大", "B": "比起伏小，但不到 10 倍",
@@ -607,13 +589,13 @@ BF16_OPTIONS = {"A": "比换一个批次的起伏还大", "B": "比起伏小，�
 def predict_bf16_gap(guess, gap: float, spread: float) -> bool:
     """先猜：eval 模式下同一批数据，bf16 与 fp32 的损失差，和换批次的起伏比起来有多大？"""
     right = "A" if gap >= spread else ("B" if gap * 10 >= spread else "C")
-    return _judge(guess, BF16_OPTIONS, right,
-                  f"成对的差 {gap:.5f}，换批次的起伏（标准差）{spread:.4f}，"
-                  f"相差 {spread / max(gap, 1e-12):.0f} 倍")
+    return choice(guess, right, BF16_OPTIONS,
+                  why=f"成对的差 {gap:.5f}，换批次的起伏（标准差）{spread:.4f}，"
+                      f"相差 {spread / max(gap, 1e-12):.0f} 倍")
 
 
 OVERFIT_OPTIONS = {"A": "一直下降", "B": "先降后升", "C": "几乎不变"}
-_SHORT = "（这次的训练太短——快速模式？——实验还没显示出来；完整模式下会看到）"
+_SHORT = "（这次的训练很短——快速模式？——所以按这次量到的判；完整模式的结果见正文）"
 
 
 def _observed_overfit(vals: list[float]) -> str:
@@ -627,12 +609,13 @@ def _observed_overfit(vals: list[float]) -> str:
 def predict_overfit(guess, history) -> bool:
     """先猜：在几百首诗上一直训练下去（不加 dropout），验证损失会怎样？
 
-    答案是 B（先降后升）；检查器同时说出这一次实验实际看到的形状。"""
+    对错按这一次实验量到的曲线判（完整模式下是 B，先降后升）；曲线还没显示出来时
+    （快速模式训练太短），按量到的形状判，并说明原因。"""
     vals = [e["val"] for e in (history.evals if hasattr(history, "evals") else history["evals"])]
     seen = _observed_overfit(vals)
-    return _judge(guess, OVERFIT_OPTIONS, "B",
-                  f"验证损失从 {vals[0]:.2f} 降到最低 {min(vals):.2f}，最后是 {vals[-1]:.2f}"
-                  + ("：模型开始背诵训练集了" if seen == "B" else _SHORT))
+    return choice(guess, seen, OVERFIT_OPTIONS,
+                  why=f"验证损失从 {vals[0]:.2f} 降到最低 {min(vals):.2f}，最后是 {vals[-1]:.2f}"
+                      + ("：模型开始背诵训练集了" if seen == "B" else _SHORT))
 
 
 WINDOW_OPTIONS = {"A": "学习式位置仍然更好", "B": "RoPE 反超", "C": "两者差不多（差距小于 0.02）"}
@@ -642,11 +625,12 @@ WINDOW_OPTIONS = {"A": "学习式位置仍然更好", "B": "RoPE 反超", "C": "
 def predict_windows(guess, learned: float, rope: float) -> bool:
     """先猜：窗口不再从诗的开头切（随机窗口）时，学习式位置与 RoPE 谁的验证损失更低？
 
-    答案是 B（RoPE 反超：绝对位置不再是"第几个字"的免费答案）；检查器同时说出这次量到的数。"""
+    对错按这一次量到的两个损失判（完整模式下是 B：RoPE 反超，绝对位置不再是"第几个字"的
+    免费答案）。"""
     seen = "C" if abs(learned - rope) < 0.02 else ("A" if learned < rope else "B")
-    return _judge(guess, WINDOW_OPTIONS, "B",
-                  f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}"
-                  + ("" if seen == "B" else _SHORT))
+    return choice(guess, seen, WINDOW_OPTIONS,
+                  why=f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}"
+                      + ("" if seen == "B" else _SHORT))
 
 
 def report() -> int:

@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._common import SOLUTIONS, _call, _fail, _ok, exercise, results  # noqa: F401
+from ._common import _call, _fail, _ok, choice, exercise, register, results  # noqa: F401
 
 __all__ = ["bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
            "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
@@ -127,7 +127,7 @@ def solution_rhyme_check(poem: str) -> bool:
     return bool(shared)
 
 
-SOLUTIONS.update({
+SOLUTIONS = register("nb04", {
     "rhyme_check": solution_rhyme_check,
     "bits_from_loss": solution_bits_from_loss,
     "perplexity_from_loss": solution_perplexity_from_loss,
@@ -144,33 +144,29 @@ GUESS_ZIGZAG = "A"     # 第 1、3、5 字开启一个词（二字词 + 一字�
 
 
 # ---------------------------------------------------------------- 检查器
-def _letter(guess, right: str, hint: str, choices: str = "ABCD") -> bool:
-    """先猜一猜：答案是一个字母。"""
-    if not isinstance(guess, str) or not guess.strip() or guess.strip().upper() not in choices:
-        return _fail(f"请填 {'、'.join(repr(c) for c in choices)} 中的一个，收到 {guess!r}")
-    return _ok() if guess.strip().upper() == right else _fail(hint)
-
-
 @exercise
 def guess_ledger(guess) -> bool:
     """先猜一猜：不重叠窗口的验证损失比 split_loss（步长 T/2）高、低还是一样？"""
-    return _letter(guess, GUESS_LEDGER, "不重叠的窗口里，每个窗口开头的几个字几乎看不到上文；"
-                   "split_loss 让每个字至少看到 T/2 个字的上文。上文越少，越难猜", "ABC")
+    return choice(guess, GUESS_LEDGER, "ABC",
+                  hints="不重叠的窗口里，每个窗口开头的几个字几乎看不到上文；"
+                        "split_loss 让每个字至少看到 T/2 个字的上文。上文越少，越难猜")
 
 
 @exercise
 def guess_shuffled_tones(guess) -> bool:
     """先猜一猜：把真诗每首的字打乱（标点不动），平仄规则成立的比例大约是多少？"""
-    return _letter(guess, GUESS_SHUFFLED_TONES, "打乱之后，第 2、4 字各自是平还是仄几乎互不相关："
-                   "每条“相反”或“相同”的规则就像掷一枚硬币")
+    return choice(guess, GUESS_SHUFFLED_TONES, "ABCD",
+                  hints="打乱之后，第 2、4 字各自是平还是仄几乎互不相关："
+                        "每条“相反”或“相同”的规则就像掷一枚硬币")
 
 
 @exercise
 def guess_zigzag(guess) -> bool:
     """先猜一猜：五言句里，第 1、3、5 字和第 2、4 字哪一组更难猜？"""
-    return _letter(guess, GUESS_ZIGZAG, "五言句的节奏多是 二 + 二 + 一（或 二 + 一 + 二）："
-                   "一个二字词的第二个字常常由第一个字决定（明→月、春→风），"
-                   "开启一个新词的字才难猜", "ABC")
+    return choice(guess, GUESS_ZIGZAG, "ABC",
+                  hints="五言句的节奏多是 二 + 二 + 一（或 二 + 一 + 二）："
+                        "一个二字词的第二个字常常由第一个字决定（明→月、春→风），"
+                        "开启一个新词的字才难猜")
 
 
 def _numbers(fn, ref, cases, name) -> bool:
