@@ -28,8 +28,8 @@ SOLUTIONS: dict[str, Callable | tuple] = {}    # "nbXX.练习名" → 参考答�
 RESULTS: dict[str, dict] = {}                  # "nbXX.练习名" → 最近一次检查的结果
 _LAST: dict[str, str] = {}                     # 正在运行的检查器最后一句提示
 _NOTED: set[str] = set()                       # 已经说过“还没完成：先用包里的”的练习
-_STANDIN: dict[str, bool] = {}                 # 练习标签 → 这一次是不是用了包里的代替
 TODO = "还没完成"
+STANDIN = "__gptcourse_standin__"             # mine 换上的代替品带着这个属性（值是练习标签）
 _CHAPTER = re.compile(r"\bnb0[1-5]")
 
 
@@ -191,8 +191,11 @@ def choice(guess, right: str, options: str | dict[str, str] = "ABC",
 # ---------------------------------------------------------------- 学生版：存根时先用包里的
 def is_stub(obj) -> bool:
     """学生版里还没写的答案：None / ...，函数体是学生版的存根
-    （``raise NotImplementedError("还没完成：…")``），或类里有这样的方法。"""
+    （``raise NotImplementedError("还没完成：…")``），类里有这样的方法，或者是 ``mine`` 换上的
+    代替品（及它的实例）。"""
     if obj is None or obj is Ellipsis:
+        return True
+    if getattr(obj, STANDIN, None) or getattr(type(obj), STANDIN, None):
         return True
     if inspect.isclass(obj):
         return any(is_stub(f) for f in vars(obj).values() if inspect.isfunction(f))
@@ -209,10 +212,23 @@ def _name_of(obj) -> str:
 
 
 def _note(label: str, fallback_name: str) -> None:
-    _STANDIN[label] = True
     if label not in _NOTED:
         _NOTED.add(label)
         print(f"{label} {TODO}：下面先用 {fallback_name} 代替")
+
+
+def _standin(fallback, label: str):
+    """包里的版本，带上“这是代替品”的记号（不改动包里的对象本身）。"""
+    if inspect.isclass(fallback):
+        return type(fallback.__name__, (fallback,), {STANDIN: label,
+                                                    "__module__": fallback.__module__})
+
+    @functools.wraps(fallback)
+    def standin(*args, **kwargs):
+        return fallback(*args, **kwargs)
+
+    setattr(standin, STANDIN, label)
+    return standin
 
 
 def mine(obj, fallback, label: str, name: str | None = None):
@@ -220,13 +236,13 @@ def mine(obj, fallback, label: str, name: str | None = None):
     “练习 3 还没完成：下面先用 gc.… 代替”。
 
     函数在调用时抛出 ``NotImplementedError``（例如它调用了另一个还没写的练习）也会换成
-    ``fallback``。返回值最好另起一个名字（``attention_ = mine(attention, …)``）：检查器检查的
-    始终是学员自己的版本。"""
+    ``fallback``。换上的代替品带着记号，``ready`` 认得它，所以证明单元格不会拿包去证明包。
+    返回值最好另起一个名字（``attention_ = mine(attention, …)``）：检查器检查的始终是学员
+    自己的版本。"""
     shown = name or _name_of(fallback)
     if is_stub(obj):
         _note(label, shown)
-        return fallback
-    _STANDIN[label] = False
+        return _standin(fallback, label)
     if not inspect.isfunction(obj):
         return obj
 
@@ -236,6 +252,7 @@ def mine(obj, fallback, label: str, name: str | None = None):
             return obj(*args, **kwargs)
         except NotImplementedError:
             _note(label, shown)
+            setattr(call, STANDIN, label)
             return fallback(*args, **kwargs)
 
     return call
@@ -244,9 +261,9 @@ def mine(obj, fallback, label: str, name: str | None = None):
 def ready(label: str, *objs) -> bool:
     """证明单元格的开关：``if ready("练习 1", build_vocab): …``。
 
-    这些答案都写完了（而且 ``label`` 这一题没有被 ``mine`` 换成包里的版本）才返回 True；
-    否则打印“练习 1 还没完成：这一格的证明先跳过”，返回 False，笔记本接着往下跑。"""
-    if any(is_stub(o) for o in objs) or _STANDIN.get(label, False):
+    这些答案都写完了（不是存根、不是 ``mine`` 换上的代替品）才返回 True；否则打印
+    “练习 1 还没完成：这一格的证明先跳过”，返回 False，笔记本接着往下跑。"""
+    if any(is_stub(o) for o in objs):
         print(f"{label} {TODO}：这一格的证明先跳过（写完上面的练习再运行这一格）")
         return False
     return True
