@@ -131,15 +131,20 @@ def shift_xy(fn: Callable[[list[int], int, int], tuple]) -> bool:
             same = False
         if not same:
             return _compare(fn, solution_shift_xy, cases, "shift_xy", norm)
-    for start in (17, -1):                          # 窗口越界：x 或 y 会被截短
+    # 窗口越界：x 或 y 会被截短。16 = len − T 是最常见的差一错误（只检查了 start + T ≤ len，
+    # 忘了 y 还要多一个 id）：x 有 4 个，y 只有 3 个
+    for start in (len(ids) - 4, 17, -1):
         try:
             fn(ids, start, 4)
         except (ValueError, IndexError):
             continue
         except Exception as e:  # noqa: BLE001
             return _fail(f"shift_xy(ids, {start}, 4) 应抛出 ValueError，收到 {type(e).__name__}")
+        extra = ("（len(ids) = 20，从 16 开始 x 有 4 个，y 只剩 3 个：条件应是 "
+                 "start + T + 1 ≤ len(ids)，不是 start + T ≤ len(ids)）"
+                 if start == len(ids) - 4 else "")
         return _fail(f"shift_xy(ids, {start}, 4) 应报错：从 {start} 开始取不出 4 + 1 个 id，"
-                     "静默地返回截短的窗口会让 x、y 长度不一")
+                     f"静默地返回截短的窗口会让 x、y 长度不一{extra}")
     return _ok()
 
 

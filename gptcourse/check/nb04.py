@@ -127,7 +127,25 @@ def solution_rhyme_check(poem: str) -> bool:
     return bool(shared)
 
 
+def solution_guess_ledger() -> str:
+    return "A"     # 不重叠的窗口：每个窗口开头的字几乎没有上文 → 损失更高
+
+
+def solution_guess_shuffled_tones() -> str:
+    return "C"     # 字序打乱：每条规则近似掷硬币，成立的比例在一半左右
+
+
+def solution_guess_zigzag() -> str:
+    return "A"     # 第 1、3、5 字开启一个词（二字词 + 一字），第 2、4 字多半是词的后半
+
+
+GUESS_LEDGER = solution_guess_ledger()
+GUESS_SHUFFLED_TONES = solution_guess_shuffled_tones()
+GUESS_ZIGZAG = solution_guess_zigzag()
 SOLUTIONS = register("nb04", {
+    "guess_ledger": solution_guess_ledger,
+    "guess_shuffled_tones": solution_guess_shuffled_tones,
+    "guess_zigzag": solution_guess_zigzag,
     "rhyme_check": solution_rhyme_check,
     "bits_from_loss": solution_bits_from_loss,
     "perplexity_from_loss": solution_perplexity_from_loss,
@@ -136,11 +154,6 @@ SOLUTIONS = register("nb04", {
     "fix_attention": solution_fix_attention,
     "distinct_ngrams": solution_distinct_ngrams,
 })
-
-
-GUESS_LEDGER = "A"     # 不重叠的窗口：每个窗口开头的字几乎没有上文 → 损失更高
-GUESS_SHUFFLED_TONES = "C"   # 字序打乱：每条规则近似掷硬币，成立的比例在一半左右
-GUESS_ZIGZAG = "A"     # 第 1、3、5 字开启一个词（二字词 + 一字），第 2、4 字多半是词的后半
 
 
 # ---------------------------------------------------------------- 检查器

@@ -136,11 +136,21 @@ def solution_fenming(line: str) -> list[bool | None]:
     return out
 
 
-GUESS_FREQUENCY = "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
-GUESS_OFFSET = "B"         # 忘了偏移：从第一个带缓存的步骤起就不一样了
+def solution_guess_frequency() -> str:
+    return "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
+
+
+def solution_guess_offset() -> str:
+    return "B"      # 忘了偏移：从第一个带缓存的步骤起就不一样了
+
+
+GUESS_FREQUENCY = solution_guess_frequency()
+GUESS_OFFSET = solution_guess_offset()
 
 
 SOLUTIONS = register("nb05", {
+    "guess_frequency": solution_guess_frequency,
+    "guess_offset": solution_guess_offset,
     "temperature_softmax": solution_temperature_softmax,
     "top_p": solution_top_p,
     "repetition_penalty": solution_repetition_penalty,
