@@ -199,7 +199,10 @@ def is_stub(obj) -> bool:
         return True
     if inspect.isclass(obj):
         return any(is_stub(f) for f in vars(obj).values() if inspect.isfunction(f))
-    code = getattr(getattr(obj, "__func__", obj), "__code__", None)
+    fn = getattr(obj, "__func__", obj)
+    if callable(fn) and hasattr(fn, "__wrapped__"):
+        fn = inspect.unwrap(fn)                                # @torch.no_grad() 之类的装饰器
+    code = getattr(fn, "__code__", None)
     return code is not None and "NotImplementedError" in code.co_names and any(
         isinstance(c, str) and c.startswith(TODO) for c in code.co_consts)
 

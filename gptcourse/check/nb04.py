@@ -255,6 +255,17 @@ def attention_late_leak(q, k, v):
     return F.softmax(att, dim=-1) @ v
 
 
+def attention_pair_leak(q, k, v):
+    """[B, H, T, D] → [B, H, T, D]：只有一处漏洞——第 2 个位置能看见第 3 个位置。
+    只试一个 t（或只改最后一个字）的泄漏测试抓不住它。"""
+    T, D = q.shape[-2], q.shape[-1]
+    att = q @ k.transpose(-2, -1) / math.sqrt(D)
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
+    mask[2, 3] = True                                      # bug：一对位置 (2, 3)
+    att = att.masked_fill(~mask, float("-inf"))
+    return F.softmax(att, dim=-1) @ v
+
+
 def _leak_models():
     from ..mistakes import (attention_core, attention_no_mask, attention_softmax_wrong_dim,
                             gallery_model, merge_heads_no_transpose, tiny_config)
@@ -267,7 +278,9 @@ def _leak_models():
             ("softmax 维度错了的 GPT", True, gallery_model(cfg, core=attention_softmax_wrong_dim)),
             ("合并多头没转置的 GPT", True, gallery_model(cfg, merge=merge_heads_no_transpose)),
             ("只有后半段泄漏的 GPT（第 8 个位置起）", True,
-             gallery_model(cfg, core=attention_late_leak))]
+             gallery_model(cfg, core=attention_late_leak)),
+            ("只在一对位置之间泄漏的 GPT（第 2 个位置能看见第 3 个）", True,
+             gallery_model(cfg, core=attention_pair_leak))]
 
 
 @exercise
@@ -280,7 +293,7 @@ def future_leak_test(fn) -> bool:
         if bool(got) != leaks:
             if "dropout" in name:
                 hint = "：训练模式下 dropout 每次前向都不一样，先 model.eval() 再比较"
-            elif "后半段" in name:
+            elif "后半段" in name or "一对位置" in name:
                 hint = ("：只检查了开头几个位置吗？泄漏可能只发生在后面的位置——"
                         "改掉第 t 个位置之后的字，要比较第 0…t 个位置的全部输出，"
                         "而且每个 t 都要试")
