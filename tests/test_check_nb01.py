@@ -72,11 +72,12 @@ def test_unfinished_exercise_says_not_done_and_is_recorded(capsys):
     assert gc.check.merge_pair(None) is False
     assert "还没完成" in capsys.readouterr().out
     from gptcourse.check import _common
-    assert _common.RESULTS["count_pairs"]["passed"] is False
-    assert _common.RESULTS["count_pairs"]["message"].startswith("还没完成")
+    assert _common.RESULTS["nb01.count_pairs"]["passed"] is False
+    assert _common.RESULTS["nb01.count_pairs"]["message"] == "还没完成：提示：数相邻的一对"
     assert gc.check.count_pairs(nb01.solution_count_pairs) is True
-    assert _common.RESULTS["count_pairs"] == {"exercise": "count_pairs", "passed": True,
-                                              "message": "正确"}
+    assert _common.RESULTS["nb01.count_pairs"] == {
+        "key": "nb01.count_pairs", "chapter": "nb01", "exercise": "count_pairs", "passed": True,
+        "message": "正确"}
 
 
 def test_every_exercise_has_a_wrong_answer_test():
@@ -203,6 +204,36 @@ def test_shift_xy_must_reject_windows_out_of_range(passes, capsys):
 
     ok, out = passes(gc.check.shift_xy, no_check)
     assert not ok and "应报错" in out
+
+
+def test_shift_xy_off_by_one_bound_is_rejected(passes):
+    def off_by_one(ids, s, t):                  # 只检查了 x：start = len − T 时 y 少一个
+        if s < 0 or s + t > len(ids):
+            raise ValueError("越界")
+        return ids[s:s + t], ids[s + 1:s + t + 1]
+
+    ok, out = passes(gc.check.shift_xy, off_by_one)
+    assert not ok and "shift_xy(ids, 16, 4)" in out and "start + T + 1 ≤ len(ids)" in out
+
+
+def _near_edit_distance(a, b):                   # 编辑距离 ≤ 1：长度不同的句子也算“差一个字”
+    def lines(p):
+        return [s for s in re.split("[，。？！；]", gc.data.normalize_variants(p)) if s]
+
+    def close(x, y):
+        if len(x) == len(y):
+            return sum(c != d for c, d in zip(x, y)) <= 1
+        short, long_ = sorted((x, y), key=len)
+        return len(long_) - len(short) == 1 and any(long_[:i] + long_[i + 1:] == short
+                                                    for i in range(len(long_)))
+
+    la, lb = lines(a), lines(b)
+    return 2 * sum(any(close(x, y) for y in lb) for x in la) >= min(len(la), len(lb))
+
+
+def test_near_duplicate_with_edit_distance_is_rejected(passes):
+    ok, out = passes(gc.check.nb01.near_duplicate, _near_edit_distance)
+    assert not ok and "白日依山尽远，江上一孤舟" in out and "不是近似重复" in out
 
 
 def test_split_by_poem_failure_is_short(passes, capsys):

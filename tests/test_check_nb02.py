@@ -189,7 +189,7 @@ def test_every_exercise_is_listed_exported_and_has_a_reference():
 @pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_reference_solutions_pass(passes, name, capsys):
     assert passes(getattr(nb02, name), *REFERENCE[name]())[0]
-    assert _common.RESULTS[name]["passed"] is True
+    assert _common.RESULTS[f"nb02.{name}"]["passed"] is True
 
 
 def test_leaky_model_reference_passes(passes, learner_model):
@@ -202,6 +202,10 @@ def test_show_solution(capsys):
     assert "torch.tril" in capsys.readouterr().out
     gc.check.show_solution("build_vocab")                            # 笔记本 01 的仍然可用
     assert "def solution_build_vocab" in capsys.readouterr().out
+    gc.check.show_solution("nb02.guess_offset")                      # 两章都有：写上章节
+    assert "return 5" in capsys.readouterr().out
+    with pytest.raises(ValueError, match="nb02.guess_offset"):
+        gc.check.show_solution("guess_offset")
 
 
 def test_stubs_and_none_say_not_done(passes, capsys):
@@ -370,3 +374,39 @@ def test_param_count(passes, capsys):
         ok, out = passes(nb02.param_count, n)
         assert not ok and hint in out, (n, out)
         assert f"{truth:,}" not in out and str(truth) not in out     # 不泄露答案
+
+
+class _Noisy(torch.nn.Module):
+    """只在输出上加随机数的“泄漏”：没有任何未来的信息（评审里被当成正确的错答案）。"""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model, self.tok_emb = model, model.tok_emb
+
+    def forward(self, idx):
+        return self.model(idx) + torch.randn(1)
+
+
+def test_leaky_model_that_only_adds_noise_is_rejected(passes, learner_model):
+    ok, out = passes(nb02.leaky_model, _Noisy, learner_model)
+    assert not ok and "随机数" in out
+
+
+def test_student_edition_fallbacks_keep_the_learners_init(learner_model):
+    """reference_gpt / reference_block：__init__ 是学员的（给定的），forward 是参考答案；
+    装上 gc.model.GPT 的权重后 logits 相同。"""
+    cfg = nb02._CFGS[0]
+
+    class StubGPT(MyGPT):
+        def forward(self, idx):
+            raise NotImplementedError("还没完成：嵌入 → 各块 → norm_f → lm_head")
+
+    assert _common.is_stub(StubGPT) and not _common.is_stub(MyGPT)
+    Ref = nb02.reference_gpt(StubGPT)
+    torch.manual_seed(0)
+    ref = GPT(cfg).eval()
+    mine = Ref(cfg).eval()
+    mine.load_state_dict(ref.state_dict())
+    idx = torch.randint(cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(mine(idx), ref(idx)[0])

@@ -19,7 +19,7 @@ def test_exported_and_solutions_pass(passes, capsys):
     for name in nb03.EXERCISES:
         assert getattr(nb03, name).is_exercise, name
         if name not in nb03.PREDICTIONS:
-            assert passes(getattr(nb03, name), gc.check.SOLUTIONS[name])[0], name
+            assert passes(getattr(nb03, name), nb03.SOLUTIONS[name])[0], name
     gc.check.show_solution("train_step")
     assert "zero_grad(set_to_none=True)" in capsys.readouterr().out
     nb03.predict_windows("A", 5.9, 5.5)                                 # 猜错的一题
@@ -223,7 +223,8 @@ def test_training_loop_mistakes(passes, capsys):
                      lambda m, d, v, cfg: sol(m, d, v, replace(cfg, seed=cfg.seed + 1)))
     assert not ok and "第 1 步的损失就不同" in out
     hints = {"constant_lr": "按日程设置", "lr_off_by_one": "错开了一步", "no_clip": "没有裁剪",
-             "all_decayed": "没有分组", "default_betas": "betas"}
+             "all_decayed": "没有分组", "default_betas": "betas",
+             "default_weight_decay": "cfg.weight_decay", "default_min_lr": "cfg.min_lr_ratio"}
     for mistake, hint in hints.items():
         ok, out = passes(nb03.training_loop,
                          lambda m, d, v, cfg, k=mistake: (nb03._mistake_loop(m, d, v, cfg, k), []))
@@ -242,6 +243,58 @@ def test_training_loop_mistakes(passes, capsys):
         assert not ok and hint in out
     ok, out = passes(nb03.training_loop, lambda m, d, v, cfg: [1.0, 2.0])
     assert not ok and "(losses, evals)" in out
+
+
+def _naive_eval(model, splits, batch_size, block_size, n_batches, seed=1234):
+    """评估时既不 eval() 也不 no_grad()：dropout 开着，还多消耗随机数。"""
+    out = {}
+    for name, data in splits.items():
+        g = torch.Generator().manual_seed(seed)
+        out[name] = sum(model(*get_batch(data, batch_size, block_size, generator=g))[1].item()
+                        for _ in range(n_batches)) / n_batches
+    return out
+
+
+def _eval_without_train(model, splits, batch_size, block_size, n_batches, seed=1234):
+    """评估时 eval() 了，却忘了切回 train：之后的训练步都没有 dropout。"""
+    model.eval()
+    with torch.no_grad():
+        return _naive_eval(model, splits, batch_size, block_size, n_batches, seed)
+
+
+def test_training_loop_catches_evaluation_mode_mistakes(passes, capsys, monkeypatch):
+    """评审里被当成正确的错答案：评估在 train 模式、记录梯度（dropout > 0 的检查模型才看得出）。"""
+    for wrong_eval, hint in ((_naive_eval, "评估也在 train 模式、记录梯度"),
+                             (_eval_without_train, "model.train() 切回来")):
+        monkeypatch.setattr(nb03, "solution_estimate_loss", wrong_eval)
+        ok, out = passes(nb03.training_loop, nb03.solution_training_loop)
+        assert not ok and hint in out, out
+    monkeypatch.undo()
+    assert passes(nb03.training_loop, nb03.solution_training_loop)[0]
+
+
+def test_compare_loops_explains_which_step_diverged(capsys):
+    """第 10 节的证明：不一致时说出是哪一步、为什么，而不是一个 assert_close 的 traceback。"""
+    data, val = nb03._ids(11, 400), nb03._ids(12, 200)
+    cfg = gc.train.TrainConfig(**nb03._LOOP_CFG)
+    runs = {}
+    for who, est in (("ok", nb03.solution_estimate_loss), ("naive", _naive_eval)):
+        m = nb03._tiny_model(seed=5, **nb03._LOOP_DROPOUT)
+        orig = nb03.solution_estimate_loss
+        nb03.solution_estimate_loss = est
+        try:
+            runs[who] = (m, nb03.solution_training_loop(m, data, val, cfg))
+        finally:
+            nb03.solution_estimate_loss = orig
+    pkg = nb03._tiny_model(seed=5, **nb03._LOOP_DROPOUT)
+    hist = gc.train.train(pkg, data, val, cfg)
+    m, (losses, evals) = runs["ok"]
+    assert nb03.compare_loops(losses, evals, m, hist, pkg) is True
+    assert "全部一致" in capsys.readouterr().out
+    m, (losses, evals) = runs["naive"]
+    assert nb03.compare_loops(losses, evals, m, hist, pkg) is False
+    out = capsys.readouterr().out
+    assert "第 1 次评估" in out and "dropout" in out and "Traceback" not in out
 
 
 def test_early_stopping_mistakes(passes, capsys):
@@ -281,10 +334,13 @@ def test_predictions(passes, capsys):
     assert passes(nb03.predict_overfit, "B", u)[0]
     ok, out = passes(nb03.predict_overfit, "A", u)
     assert not ok and "先降后升" in out
-    ok, out = passes(nb03.predict_overfit, "B",                 # 训练太短：答案不变，但说明
-                     {"evals": [{"val": 6.5}, {"val": 6.0}, {"val": 5.9}]})
-    assert ok and "太短" in out
+    falling = {"evals": [{"val": 6.5}, {"val": 6.0}, {"val": 5.9}]}    # 训练太短，还没回升
+    ok, out = passes(nb03.predict_overfit, "B", falling)          # 按这次量到的判，不是写死的 B
+    assert not ok and "实验给出的是 A（一直下降）" in out and "很短" in out
+    assert passes(nb03.predict_overfit, "A", falling)[0]
     assert passes(nb03.predict_windows, "B", 5.9, 5.5)[0]
     assert not passes(nb03.predict_windows, "A", 5.9, 5.5)[0]
-    ok, out = passes(nb03.predict_windows, "b", 5.5, 5.51)
-    assert ok and "太短" in out
+    ok, out = passes(nb03.predict_windows, "b", 5.5, 5.51)       # 差 < 0.02：量到的是 C
+    assert not ok and "实验给出的是 C" in out and "很短" in out
+    assert passes(nb03.predict_windows, "C", 5.5, 5.51)[0]
+    assert passes(nb03.predict_windows, "A", 5.4, 5.5)[0]

@@ -60,6 +60,44 @@ def test_leak_test_that_inspects_only_position_0_fails(capsys):
     assert "后半段" in capsys.readouterr().out
 
 
+@torch.no_grad()
+def _single_t(model, t=7):                   # 只试一个 t（旧的 gc.mistakes.leak_test 就是这样）
+    model.eval()
+    T, V = model.config.block_size, model.config.vocab_size
+    idx = torch.randint(V, (1, T), generator=torch.Generator().manual_seed(0))
+    changed = idx.clone()
+    changed[0, t + 1:] = (changed[0, t + 1:] + 1) % V
+    return not torch.allclose(model(idx)[0][:, :t + 1], model(changed)[0][:, :t + 1], atol=1e-5)
+
+
+@torch.no_grad()
+def _last_token_only(model):                       # 只改最后一个字，比较其余所有位置
+    model.eval()
+    T, V = model.config.block_size, model.config.vocab_size
+    idx = torch.randint(V, (1, T), generator=torch.Generator().manual_seed(0))
+    changed = idx.clone()
+    changed[0, -1] = (changed[0, -1] + 1) % V
+    return not torch.allclose(model(idx)[0][:, :-1], model(changed)[0][:, :-1], atol=1e-5)
+
+
+@pytest.mark.parametrize("wrong", [lambda m: _single_t(m, t=10), _last_token_only])
+def test_leak_tests_that_skip_some_t_miss_the_one_pair_leak(wrong, capsys):
+    """评审里被当成正确的错答案：这两个测试抓得住后半段的泄漏，却抓不住 (2, 3) 这一对。"""
+    assert gc.check.nb04.future_leak_test(wrong) is False
+    out = capsys.readouterr().out
+    assert "一对位置" in out and "每个 t 都要试" in out
+
+
+def test_the_old_single_t_leak_test_fails(capsys):
+    assert gc.check.nb04.future_leak_test(_single_t) is False
+    assert "每个 t 都要试" in capsys.readouterr().out
+
+
+def test_the_packages_leak_test_passes_the_checker(passes):
+    """gc.mistakes.leak_test 试遍每个 t，所以它本身就是这道题的一个正确答案。"""
+    assert passes(gc.check.nb04.future_leak_test, lambda m: gc.mistakes.leak_test(m) > 1e-5)[0]
+
+
 def test_leak_test_without_eval_fails_on_the_dropout_model(capsys):
     assert gc.check.nb04.future_leak_test(_no_eval) is False
     assert "model.eval()" in capsys.readouterr().out

@@ -15,8 +15,8 @@ GUESSES = {"guess_frequency": nb05.GUESS_FREQUENCY, "guess_offset": nb05.GUESS_O
 
 @pytest.mark.parametrize("name", [n for n in nb05.EXERCISES if n not in GUESSES])
 def test_solutions_pass_and_are_registered(passes, capsys, name):
-    assert passes(getattr(gc.check, name), gc.check.SOLUTIONS[name])[0]
-    gc.check.show_solution(name)
+    assert passes(getattr(gc.check.nb05, name), nb05.SOLUTIONS[name])[0]
+    gc.check.show_solution(f"nb05.{name}")
     assert f"def solution_{name}" in capsys.readouterr().out
 
 

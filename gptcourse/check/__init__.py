@@ -1,9 +1,13 @@
-"""练习检查器：``gptcourse.check.<练习名>(你的函数)`` 打印“正确 ✓”或哪里不对，并返回 True/False。
+"""练习检查器：``gptcourse.check.nbXX.<练习名>(你的函数)`` 打印“正确 ✓”或哪里不对，返回 True/False。
 
-参考答案：``gptcourse.check.show_solution("练习名")``。
+练习按章节登记（``"nb05.guess_offset"``，见 ``_common``）。学生版用的 ``mine`` / ``ready``：
+学员的函数还是存根时先用包里的版本、证明单元格打印“还没完成”。教师版可以用
+``show_solution("nb05.guess_offset")`` 打印参考答案。
 """
 from .nb01 import *  # noqa: F401,F403
-from .nb02 import *  # noqa: F401,F403,E402
-from .nb03 import *  # noqa
-from .nb04 import *  # noqa: F401,F403,E402
-from .nb05 import *  # noqa: F401,F403,E402
+from .nb02 import *  # noqa: F401,F403
+from .nb03 import *  # noqa: F401,F403
+from .nb04 import *  # noqa: F401,F403
+from .nb05 import *  # noqa: F401,F403
+from ._common import (SOLUTIONS, choice, is_stub, mine, ready, results,  # noqa: F401  (最后导入：
+                      show_solution)                                      # 不被各章的同名覆盖)

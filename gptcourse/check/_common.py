@@ -1,4 +1,4 @@
-"""所有练习检查器共用的工具：提示、参考答案登记表，以及评分工具读取的结果表。
+"""所有练习检查器共用的工具：提示、参考答案登记表、评分工具读取的结果表，以及学生版用的“先用包里的”。
 
 约定（``gptcourse.classroom`` 的学生版与自动评分都依赖它）：
 
@@ -6,29 +6,69 @@
   从不抛出异常；
 - 学员的函数还是存根（抛出 ``NotImplementedError``），或答案还是 ``None`` / ``...`` 时，
   检查器打印“还没完成”并返回 False，笔记本继续往下运行；
-- 每次检查的结果记在 ``RESULTS[练习名]``（``{"exercise", "passed", "message"}``），评分工具在
-  笔记本跑完之后读取 ``results()``。
+- 每个练习的名字带章节：``"nb02.guess_offset"``（章节取自检查器所在的模块
+  ``gptcourse.check.nb02*``）。
+  每次检查的结果记在 ``RESULTS["nb02.guess_offset"]``，内容是
+  ``{"key": "nb02.guess_offset", "chapter": "nb02", "exercise": "guess_offset", "passed": bool,
+  "message": str}``；评分工具在笔记本跑完之后读取 ``results()``（这些字典的列表）；
+- 参考答案登记在 ``SOLUTIONS["nb02.guess_offset"]``（各章用 ``register`` 登记，章节模块里的
+  ``SOLUTIONS`` 是本章的、不带章节的那一份）；
+- 学生版里，用到学员函数的单元格写成 ``mine(学员的函数, fallback=包里的版本, label="练习 3")``：
+  写完了就用学员的，还是存根就先用包里的，并且只说一次；证明单元格写成
+  ``if ready("练习 3", 学员的函数): …``，存根时打印“还没完成”而不是报错。
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import re
 from collections.abc import Callable
 
-SOLUTIONS: dict[str, Callable] = {}            # 练习名 → 参考答案（各章节往里登记）
-RESULTS: dict[str, dict] = {}                  # 练习名 → 最近一次检查的结果
+SOLUTIONS: dict[str, Callable | tuple] = {}    # "nbXX.练习名" → 参考答案（函数或几个函数）
+RESULTS: dict[str, dict] = {}                  # "nbXX.练习名" → 最近一次检查的结果
 _LAST: dict[str, str] = {}                     # 正在运行的检查器最后一句提示
+_NOTED: set[str] = set()                       # 已经说过“还没完成：先用包里的”的练习
+TODO = "还没完成"
+STANDIN = "__gptcourse_standin__"             # mine 换上的代替品带着这个属性（值是练习标签）
+_CHAPTER = re.compile(r"\bnb0[1-5]")
 
 
 class NotDone(Exception):
     """学员还没写这一题（函数抛出 NotImplementedError，或答案仍是 None / ...）。"""
 
 
+def chapter_of(module: str) -> str:
+    """``gptcourse.check.nb02_model`` → ``nb02``。"""
+    m = _CHAPTER.search(module.rsplit(".", 1)[-1])
+    if m is None:
+        raise ValueError(f"{module} 不是某一章的检查器模块（模块名应以 nb01…nb05 开头）")
+    return m.group(0)
+
+
+def register(chapter: str, solutions: dict[str, Callable]) -> dict[str, Callable]:
+    """把一章的参考答案登记成 ``"nbXX.练习名"``，返回原字典（章节模块里的 ``SOLUTIONS``）。"""
+    for name, fn in solutions.items():
+        SOLUTIONS[f"{chapter}.{name}"] = fn
+    return solutions
+
+
+def solution_key(name: str) -> str:
+    """``"nb05.guess_offset"`` 原样返回；不带章节的名字只在恰好一章有它时才认得。"""
+    if name in SOLUTIONS:
+        return name
+    hits = [k for k in SOLUTIONS if k.split(".", 1)[1] == name]
+    if len(hits) == 1:
+        return hits[0]
+    if hits:
+        raise ValueError(f"有几章都有练习 {name!r}：{'、'.join(hits)}，请写上章节，如 {hits[-1]!r}")
+    raise ValueError(f"没有名为 {name!r} 的练习；可选：{', '.join(SOLUTIONS)}")
+
+
 def show_solution(name: str) -> None:
-    """打印某个练习的参考答案源代码。"""
-    if name not in SOLUTIONS:
-        raise ValueError(f"没有名为 {name!r} 的练习；可选：{', '.join(SOLUTIONS)}")
-    print(inspect.getsource(SOLUTIONS[name]))
+    """（教师版）打印某个练习的参考答案源代码；名字写成 ``"nb05.guess_offset"``。"""
+    ref = SOLUTIONS[solution_key(name)]
+    for fn in ref if isinstance(ref, tuple) else (ref,):          # 一题两个函数：依次打印
+        print(inspect.getsource(fn))
 
 
 def results() -> list[dict]:
@@ -39,13 +79,14 @@ def results() -> list[dict]:
 def exercise(checker: Callable) -> Callable:
     """把一个检查器登记为练习：记录结果，把“还没写完”和意外错误都变成一句提示。"""
     name = checker.__name__
+    chapter = chapter_of(checker.__module__)
 
     @functools.wraps(checker)
     def run(*args, **kwargs) -> bool:
         _LAST.clear()
         for a in args:
             if a is None or a is Ellipsis:
-                return _record(name, False, _todo(f"{name} 的答案还是 {a!r}"))
+                return _record(chapter, name, False, _todo(f"{name} 的答案还是 {a!r}"))
         try:
             passed = bool(checker(*args, **kwargs))
             message = _LAST.get("message", "")
@@ -53,19 +94,22 @@ def exercise(checker: Callable) -> Callable:
             passed, message = False, _todo(str(e))
         except Exception as e:  # noqa: BLE001 - 检查器绝不能让笔记本停下
             passed, message = False, _fail(f"检查时出错 {type(e).__name__}: {e}")
-        return _record(name, passed, message)
+        return _record(chapter, name, passed, message)
 
     run.is_exercise = True
+    run.chapter, run.key = chapter, f"{chapter}.{name}"
     return run
 
 
-def _record(name: str, passed: bool, message: str) -> bool:
-    RESULTS[name] = {"exercise": name, "passed": passed, "message": message}
+def _record(chapter: str, name: str, passed: bool, message: str) -> bool:
+    key = f"{chapter}.{name}"
+    RESULTS[key] = {"key": key, "chapter": chapter, "exercise": name, "passed": passed,
+                    "message": message}
     return passed
 
 
 def _todo(msg: str) -> str:
-    text = f"还没完成：{msg}"
+    text = f"{TODO}：{msg.removeprefix(TODO + '：')}"          # 存根的提示本身已带“还没完成：”
     print(text)
     _LAST["message"] = text
     return text
@@ -116,3 +160,113 @@ def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
         if not same:
             return _fail(f"{name}({shown})\n  你的结果：{got!r}\n  期望结果：{want!r}")
     return _ok()
+
+
+def choice(guess, right: str, options: str | dict[str, str] = "ABC",
+           hints: str | dict[str, str] | None = None, why: str = "") -> bool:
+    """选择题式的预测（所有章节共用的判字母）：“B”“ b ”“(B)”都算 B。
+
+    ``options`` 是可选的字母（"ABC"），或 字母 → 选项内容；``right`` 由调用者给出——
+    凡是实验能量出来的题，``right`` 应由这次运行量到的数算出，而不是写死一个字母。
+    答错时打印 ``hints``（一句话，或 字母 → 这个选项对应的提示）；给了选项内容时还说出
+    “你猜的是…，实验给出的是…”，再加上 ``why``。"""
+    letters = "".join(options)
+    g = str(guess).strip().strip("()（）.。").upper()
+    if len(g) != 1 or g not in letters:
+        return _fail(f"请填一个选项字母（{'、'.join(letters)}），收到 {guess!r}")
+
+    def said(k: str) -> str:
+        return f"{k}（{options[k]}）" if isinstance(options, dict) else k
+
+    if g == right:
+        if why:
+            print(f"猜对了：{said(right)}。{why}")
+        return _ok()
+    hint = hints.get(g, "") if isinstance(hints, dict) else (hints or "")
+    if isinstance(options, dict):
+        hint = f"你猜的是 {said(g)}，实验给出的是 {said(right)}。" + (hint or why)
+    return _fail(hint or f"不是 {g}")
+
+
+# ---------------------------------------------------------------- 学生版：存根时先用包里的
+def is_stub(obj) -> bool:
+    """学生版里还没写的答案：None / ...，函数体是学生版的存根
+    （``raise NotImplementedError("还没完成：…")``），类里有这样的方法，或者是 ``mine`` 换上的
+    代替品（及它的实例）。"""
+    if obj is None or obj is Ellipsis:
+        return True
+    if getattr(obj, STANDIN, None) or getattr(type(obj), STANDIN, None):
+        return True
+    if inspect.isclass(obj):
+        return any(is_stub(f) for f in vars(obj).values() if inspect.isfunction(f))
+    fn = getattr(obj, "__func__", obj)
+    if callable(fn) and hasattr(fn, "__wrapped__"):
+        fn = inspect.unwrap(fn)                                # @torch.no_grad() 之类的装饰器
+    code = getattr(fn, "__code__", None)
+    return code is not None and "NotImplementedError" in code.co_names and any(
+        isinstance(c, str) and c.startswith(TODO) for c in code.co_consts)
+
+
+def _name_of(obj) -> str:
+    module = getattr(obj, "__module__", "") or ""
+    name = getattr(obj, "__qualname__", None) or type(obj).__name__
+    return f"gc.{module.removeprefix('gptcourse.')}.{name}" if module.startswith("gptcourse.") \
+        else name
+
+
+def _note(label: str, fallback_name: str) -> None:
+    if label not in _NOTED:
+        _NOTED.add(label)
+        print(f"{label} {TODO}：下面先用 {fallback_name} 代替")
+
+
+def _standin(fallback, label: str):
+    """包里的版本，带上“这是代替品”的记号（不改动包里的对象本身）。"""
+    if inspect.isclass(fallback):
+        return type(fallback.__name__, (fallback,), {STANDIN: label,
+                                                    "__module__": fallback.__module__})
+
+    @functools.wraps(fallback)
+    def standin(*args, **kwargs):
+        return fallback(*args, **kwargs)
+
+    setattr(standin, STANDIN, label)
+    return standin
+
+
+def mine(obj, fallback, label: str, name: str | None = None):
+    """学员写的函数 / 类 / 答案：写完了就用它；还是存根就换成包里的 ``fallback``，并且只说一次
+    “练习 3 还没完成：下面先用 gc.… 代替”。
+
+    函数在调用时抛出 ``NotImplementedError``（例如它调用了另一个还没写的练习）也会换成
+    ``fallback``。换上的代替品带着记号，``ready`` 认得它，所以证明单元格不会拿包去证明包。
+    返回值最好另起一个名字（``attention_ = mine(attention, …)``）：检查器检查的始终是学员
+    自己的版本。"""
+    shown = name or _name_of(fallback)
+    if is_stub(obj):
+        _note(label, shown)
+        return _standin(fallback, label)
+    if not inspect.isfunction(obj):
+        return obj
+
+    @functools.wraps(obj)
+    def call(*args, **kwargs):
+        try:
+            return obj(*args, **kwargs)
+        except NotImplementedError:
+            _note(label, shown)
+            setattr(call, STANDIN, label)
+            return fallback(*args, **kwargs)
+
+    return call
+
+
+def ready(label: str, *objs) -> bool:
+    """证明单元格的开关：``if ready("练习 1", build_vocab): …``。
+
+    这些答案都写完了（不是存根、不是 ``mine`` 换上的代替品）才返回 True；否则打印
+    “练习 1 还没完成：这一格的证明先跳过”，返回 False，笔记本接着往下跑。"""
+    if any(is_stub(o) for o in objs):
+        print(f"{label} {TODO}：这一格的证明先跳过（写完上面的练习再运行这一格）")
+        return False
+    return True

@@ -8,12 +8,11 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 
-from ._common import (SOLUTIONS, _call, _compare, _fail, _ok,  # noqa: F401
-                      exercise, show_solution)
+from ._common import _call, _compare, _fail, _ok, exercise, register
 
 __all__ = ["build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encode", "bpe_decode",
            "guess_compression", "guess_leak", "split_by_poem", "near_duplicate", "shift_xy",
-           "show_solution", "SOLUTIONS"]
+           "EXERCISES", "SOLUTIONS"]
 
 # 本笔记本的练习，按出现顺序（检查器名 == 参考答案名）；SOLUTIONS 是各笔记本共用的登记表
 EXERCISES = ("build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encode", "bpe_decode",
@@ -70,18 +69,18 @@ def solution_split_by_poem(text: str) -> dict[str, str]:
     return {k: "".join(v) for k, v in parts.items()}
 
 
-SOLUTIONS.update({
+SOLUTIONS = {                                   # 本章的参考答案（不带章节）；登记见下面的 register
     "build_vocab": solution_build_vocab,
     "count_pairs": solution_count_pairs,
     "merge_pair": solution_merge_pair,
     "shift_xy": solution_shift_xy,
     "split_by_poem": solution_split_by_poem,
-})
+}
 from . import nb01_bpe as _bpe  # noqa: E402  BPE 与数据卫生的练习（一个模块放不下）
 from .nb01_bpe import (bpe_decode, bpe_encode, bpe_train, guess_compression,  # noqa: E402,F401
                        guess_leak, near_duplicate)
 
-SOLUTIONS.update(_bpe.SOLUTIONS_BPE)
+SOLUTIONS = register("nb01", {**SOLUTIONS, **_bpe.SOLUTIONS_BPE})
 
 
 # ---------------------------------------------------------------- 检查器
@@ -132,15 +131,20 @@ def shift_xy(fn: Callable[[list[int], int, int], tuple]) -> bool:
             same = False
         if not same:
             return _compare(fn, solution_shift_xy, cases, "shift_xy", norm)
-    for start in (17, -1):                          # 窗口越界：x 或 y 会被截短
+    # 窗口越界：x 或 y 会被截短。16 = len − T 是最常见的差一错误（只检查了 start + T ≤ len，
+    # 忘了 y 还要多一个 id）：x 有 4 个，y 只有 3 个
+    for start in (len(ids) - 4, 17, -1):
         try:
             fn(ids, start, 4)
         except (ValueError, IndexError):
             continue
         except Exception as e:  # noqa: BLE001
             return _fail(f"shift_xy(ids, {start}, 4) 应抛出 ValueError，收到 {type(e).__name__}")
+        extra = ("（len(ids) = 20，从 16 开始 x 有 4 个，y 只剩 3 个：条件应是 "
+                 "start + T + 1 ≤ len(ids)，不是 start + T ≤ len(ids)）"
+                 if start == len(ids) - 4 else "")
         return _fail(f"shift_xy(ids, {start}, 4) 应报错：从 {start} 开始取不出 4 + 1 个 id，"
-                     "静默地返回截短的窗口会让 x、y 长度不一")
+                     f"静默地返回截短的窗口会让 x、y 长度不一{extra}")
     return _ok()
 
 

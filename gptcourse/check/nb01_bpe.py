@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..bpe import BPETokenizer, get_stats, merge, split_chunks
 from ..data import near_duplicate_groups, normalize_variants
-from ._common import _call, _fail, _ok, exercise
+from ._common import _call, _fail, _ok, choice, exercise
 
 _TEXT = ("床前明月光，疑是地上霜。举头望明月，低头思故乡。\n"
          "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\n"
@@ -180,20 +180,12 @@ def bpe_decode(fn) -> bool:
     return _ok()
 
 
-def check_choice(guess, right: str, hints: dict[str, str], options: str = "ABC") -> bool:
-    """选择题式的预测：“B”“ b ”“(B)”都算 B；答错时打印这个选项对应的提示。"""
-    g = str(guess).strip().strip("()（）.。").upper()
-    if len(g) != 1 or g not in options:
-        return _fail(f"请填一个选项字母（{'、'.join(options)}），收到 {guess!r}")
-    return _ok() if g == right else _fail(hints[g])
-
-
 @exercise
 def guess_compression(guess) -> bool:
     """预测题：词表都是 1024 时，字符分词与字节级 BPE 在五绝验证集上谁的每字词元数更少？"""
     why = ("字符分词每个字正好 1 个词元（罕见字变成 <unk>，但仍是 1 个）；"
            "1024 的 BPE 只能把常用字合成整字，罕见字要用 2–3 个字节片段拼")
-    return check_choice(guess, "A", {"B": why, "C": why})
+    return choice(guess, "A", hints=why)
 
 
 @exercise
@@ -201,7 +193,7 @@ def guess_leak(guess) -> bool:
     """预测题：20 首诗复制 50 遍再按位置 90/10 切分，验证集的句子有多少在训练集里出现过？"""
     why = ("复制 50 遍之后，验证集那 10% 的文本只是某几遍复制的尾巴：它的每一句在前面的"
            "复制里都出现过几十次")
-    return check_choice(guess, "C", {"A": why, "B": why})
+    return choice(guess, "C", hints=why)
 
 
 _NEAR_CASES = [
@@ -220,6 +212,8 @@ _NEAR_CASES = [
     ("床前明月光，疑是地上霜。举头望明月，低头思故乡。", "床前明月光，江上一孤舟。",
      "短的那首两句里有一句在长的里面（正好是较短那首的一半）"),
     ("白日依山尽，黄河入海流。", "白日依山尽远，黄河入海流。", "句长不同不算“差一个字”"),
+    ("白日依山尽，黄河入海流。", "白日依山尽远，江上一孤舟。",
+     "句长不同不算“差一个字”（编辑距离 1 也不算：两句都要同长）"),
     ("雪岫花开几树粧，城北无饥鵶。", "雪峰花开几树妆，城南无饥鸦。", "每句一个异体字加一个异文"),
 ]
 

@@ -12,10 +12,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._common import SOLUTIONS, _call, _fail, _ok, exercise
-from .nb01_bpe import check_choice
+from ._common import _call, _fail, _ok, choice, exercise, register
 from .nb02_model import (_CFGS, EXERCISE_CONFIG, gpt_block, gpt_model,  # noqa: F401
-                         leak_test, leaky_model, param_count, solution_block_forward,
+                         leak_test, leaky_model, param_count, reference_block, reference_gpt,
+                         solution_block_forward, solution_gpt_forward, solution_make_leaky,
                          solution_param_count)
 
 __all__ = ["EXERCISE_CONFIG", "causal_mask", "scaled_attention", "guess_saturation",
@@ -87,14 +87,15 @@ def solution_guess_offset() -> int:
     return 5            # 位置 t 预测 t+1；五言一句 6 个词元，t+1 的对应字在 t+1−6 = t−5
 
 
-SOLUTIONS.update({
+SOLUTIONS = register("nb02", {
     "causal_mask": solution_causal_mask,
     "scaled_attention": solution_scaled_attention,
-    "split_heads": solution_split_heads,
-    "merge_heads": solution_merge_heads,
+    "split_merge_heads": (solution_split_heads, solution_merge_heads),
     "rope_pair": solution_rope_pair,
     "layernorm": solution_layernorm,
     "gpt_block": solution_block_forward,
+    "gpt_model": solution_gpt_forward,
+    "leaky_model": solution_make_leaky,
     "param_count": solution_param_count,
     "guess_saturation": solution_guess_saturation,
     "guess_sqrt_c": solution_guess_sqrt_c,
@@ -173,7 +174,7 @@ def scaled_attention(fn) -> bool:
 @exercise
 def guess_saturation(guess) -> bool:
     """预测题：不缩放时，head_dim 从 16 增大到 256，softmax 的权重与梯度会怎样？"""
-    return check_choice(guess, "B", {
+    return choice(guess, "B", hints={
         "A": "反了：q·k 是 D 项之和，标准差约为 √D。D 越大分数越大，softmax 越接近 one-hot，"
              "而接近 one-hot 的 softmax 梯度接近 0",
         "C": "会变：不缩放时分数的标准差随 √D 增长，softmax 会越来越“尖”"})
@@ -182,7 +183,7 @@ def guess_saturation(guess) -> bool:
 @exercise
 def guess_sqrt_c(guess) -> bool:
     """预测题：多头注意力里改成除以 √n_embd（而不是 √head_dim），注意力分布会怎样？"""
-    return check_choice(guess, "B", {
+    return choice(guess, "B", hints={
         "A": "反了：C = H·D 比 D 大，除以 √C 让分数更小，softmax 更接近平均",
         "C": "会变：除以 √C 比除以 √D 多缩小了 √H 倍"})
 
@@ -273,7 +274,7 @@ def layernorm(fn) -> bool:
 @exercise
 def guess_norm(guess) -> bool:
     """预测题：8 层的小模型，同样的学习率、不预热、同样的步数，Pre-Norm 与 Post-Norm 谁更低？"""
-    return check_choice(guess, "A", {
+    return choice(guess, "A", hints={
         "B": "Post-Norm 把归一化挡在残差路径上，梯度回到前面的层要穿过每一个归一化；"
              "不预热、学习率较大时它学得更慢",
         "C": "差别不小：看下面实验里两条曲线的终点"})
@@ -282,7 +283,7 @@ def guess_norm(guess) -> bool:
 @exercise
 def guess_init_growth(guess) -> bool:
     """预测题：残差投影不按 1/√(2L) 缩小时，初始化的残差流标准差随深度怎样变化？"""
-    return check_choice(guess, "B", {
+    return choice(guess, "B", hints={
         "A": "每个块都往残差流上“加”一份独立的东西，方差会累加，不会保持不变",
         "C": "残差流是一路相加过来的：加的项越多，标准差越大，不会变小"})
 

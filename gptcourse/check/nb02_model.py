@@ -32,6 +32,40 @@ def solution_block_forward(self, x, rope=None):
     return x + self.mlp(self.norm2(x))
 
 
+def solution_gpt_forward(self, idx):
+    """嵌入（学习式位置相加；RoPE 的角度表传进每个块）→ 各块 → 最终归一化 → 输出头。"""
+    T = idx.shape[1]
+    x = self.tok_emb(idx)                                        # [B, T, C]
+    rope = None
+    if self.config.pos == "learned":
+        x = x + self.pos_emb(torch.arange(T, device=idx.device))
+    else:
+        ang = rope_angles(self.config.head_dim, T, self.config.rope_base).to(idx.device)
+        rope = ang.cos(), ang.sin()                              # 各 [T, D/2]
+    for block in self.blocks:
+        x = block(x, rope)
+    return self.lm_head(self.norm_f(x))                          # [B, T, V]
+
+
+def solution_make_leaky(model):
+    """让注意力看得见未来：每个块的因果掩码全设为 True。"""
+    for block in model.blocks:
+        block.attn.mask.fill_(True)
+    return model
+
+
+def reference_block(block_cls: type) -> type:
+    """学生版用：学员的 ``Block``（``__init__`` 是给定的），``forward`` 换成参考答案。"""
+    return type(block_cls.__name__, (block_cls,), {"forward": solution_block_forward,
+                                                   "__module__": block_cls.__module__})
+
+
+def reference_gpt(gpt_cls: type) -> type:
+    """学生版用：学员的 ``GPT``（``__init__`` 是给定的），``forward`` 换成参考答案。"""
+    return type(gpt_cls.__name__, (gpt_cls,), {"forward": solution_gpt_forward,
+                                               "__module__": gpt_cls.__module__})
+
+
 def solution_param_count(cfg=EXERCISE_CONFIG) -> int:
     """按公式数 teacher 设计的参数。
 
@@ -232,6 +266,16 @@ def leaky_model(make_leaky, model) -> bool:
                      "要泄漏，是让掩码把未来也放进来，例如把掩码全设为 True")
     if before == 0.0:
         return _fail("泄漏测试还是通过了：位置 < k 的 logits 没有随后文改变，模型仍然看不到未来")
+    g = torch.Generator().manual_seed(1)
+    a = torch.randint(model.tok_emb.num_embeddings, (2, 12), generator=g)
+    with torch.no_grad():
+        once, again = leaky(a), leaky(a)
+    once, again = (once[0] if isinstance(once, tuple) else once), \
+        (again[0] if isinstance(again, tuple) else again)
+    if not torch.equal(once, again):
+        return _fail("同一个输入算两次，你的模型给出不同的 logits：它在输出上加了随机数，"
+                     "而不是看见了未来。泄漏测试要抓的是“早先位置的输出随后文改变”；"
+                     "让掩码把未来也放进来（例如把掩码全设为 True），输出不加噪声")
     return _ok()
 
 

@@ -23,7 +23,7 @@ from ..config import preset
 from ..data import get_batch
 from ..model import GPT
 from ..train import TrainConfig, batch_generator, train
-from ._common import SOLUTIONS, _call, _fail, _ok, exercise, results
+from ._common import _call, _fail, _ok, choice, exercise, register, results
 
 EXERCISES = ("cross_entropy", "perplexity", "param_groups", "lr_schedule", "train_step",
              "accumulate_grads", "estimate_loss", "training_loop", "early_stopping",
@@ -160,8 +160,23 @@ def solution_early_stopping(evals: list[dict], patience: int) -> tuple[int, int]
     return best_step, evals[-1]["step"]
 
 
-SOLUTIONS.update({name: globals()[f"solution_{name}"] for name in EXERCISES
-                  if name not in PREDICTIONS})
+def solution_predict_init_loss() -> str:
+    return "C"      # 大约 ln V：logits 几乎全是 0，softmax 接近均匀
+
+
+def solution_predict_bf16_gap() -> str:
+    return "C"      # 比换批次的起伏小 10 倍以上
+
+
+def solution_predict_overfit() -> str:
+    return "B"      # 先降后升（完整模式；检查器按这一次量到的曲线判）
+
+
+def solution_predict_windows() -> str:
+    return "B"      # RoPE 反超（完整模式；检查器按这一次量到的两个损失判）
+
+
+SOLUTIONS = register("nb03", {name: globals()[f"solution_{name}"] for name in EXERCISES})
 
 
 # ---------------------------------------------------------------- 检查器：写函数
@@ -417,24 +432,29 @@ def estimate_loss(fn) -> bool:
     return _ok()
 
 
+# 故意不用默认值：把 weight_decay / min_lr_ratio 写死成 0.1 的循环在这里会露馅
 _LOOP_CFG = dict(batch_size=4, lr=1e-2, warmup_steps=3, max_steps=12, eval_interval=5,
-                 eval_batches=2, grad_clip=0.5, bf16=False, progress=False, seed=3)
+                 eval_batches=2, grad_clip=0.5, weight_decay=0.5, min_lr_ratio=0.4, bf16=False,
+                 progress=False, seed=3)
+# 检查循环的小模型开着 dropout：评估时忘了 eval()、或多消耗了随机数，损失都会对不上
+_LOOP_DROPOUT = dict(dropout=0.2, attn_dropout=0.2, resid_dropout=0.2)
 
 
 def _mistake_loop(model, data, val, cfg, mistake):
     """参考循环，故意带上一个典型错误，只用来给出准确的提示。返回每步损失。"""
     T = model.config.block_size
+    wd = 0.1 if mistake == "default_weight_decay" else cfg.weight_decay
+    min_lr_ratio = 0.1 if mistake == "default_min_lr" else cfg.min_lr_ratio
     if mistake == "all_decayed":
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                weight_decay=cfg.weight_decay)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=wd)
     else:
-        opt = torch.optim.AdamW(solution_param_groups(model, cfg.weight_decay), lr=cfg.lr,
+        opt = torch.optim.AdamW(solution_param_groups(model, wd), lr=cfg.lr,
                                 betas=(0.9, 0.999) if mistake == "default_betas" else cfg.betas)
     losses = []
     for step in range(cfg.max_steps):
         s = step + 1 if mistake == "lr_off_by_one" else step
         lr = cfg.lr if mistake == "constant_lr" else solution_lr_schedule(
-            s, cfg.lr, cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+            s, cfg.lr, cfg.warmup_steps, cfg.max_steps, min_lr_ratio)
         for group in opt.param_groups:
             group["lr"] = lr
         x, y = get_batch(data, cfg.batch_size, T, generator=batch_generator(cfg.seed, step))
@@ -459,7 +479,26 @@ _MISTAKES = {
                    "偏置和归一化的 γ 不衰减",
     "default_betas": "优化器的 betas 不对：用 cfg.betas（(0.9, 0.95)），"
                      "不是默认的 (0.9, 0.999)",
+    "default_weight_decay": "权重衰减写死成了 0.1：用 cfg.weight_decay（这次检查用的是 0.5）",
+    "default_min_lr": "学习率的地板写死成了 0.1：用 cfg.min_lr_ratio（这次检查用的是 0.4）",
 }
+
+
+def _mode_hint(seen: list[tuple[bool, bool]], n_steps: int) -> str | None:
+    """前向钩子记下的 (model.training, 是否记录梯度)：训练的前向应是 (True, True)，
+    评估的前向应是 (False, False)。"""
+    if any(training and not grad for training, grad in seen):
+        return ("评估时 dropout 还开着（model.training 是 True）：评估前 model.eval()，"
+                "或者直接用 estimate_loss")
+    if any(grad and not training for training, grad in seen):
+        return ("有的训练步在 eval 模式下做：评估完要 model.train() 切回来，"
+                "否则之后的训练步都没有 dropout")
+    if sum(grad for _, grad in seen) > n_steps:
+        return (f"记录梯度的前向有 {sum(grad for _, grad in seen)} 次，训练只有 {n_steps} 步："
+                "评估也在 train 模式、记录梯度。评估要 model.eval() + torch.no_grad()"
+                "（estimate_loss 就是这样做的），否则 dropout 开着，还多消耗随机数，"
+                "之后每一步的 dropout 掩码都和 gc.train.train 错开")
+    return None
 
 
 def _as_losses_and_evals(got):
@@ -474,13 +513,22 @@ def training_loop(fn) -> bool:
     """练习：``fn(model, train_data, val_data, cfg) -> (每步损失, 评估记录)``，同 train()。"""
     data, val = _ids(11, 400), _ids(12, 200)
     cfg = TrainConfig(**_LOOP_CFG)
-    ref = _tiny_model(seed=5)
+    ref = _tiny_model(seed=5, **_LOOP_DROPOUT)
     hist = train(ref, data, val, cfg)
     want_losses = [r["loss"] for r in hist.steps]
-    mine = _tiny_model(seed=5)
-    got, err = _call(fn, mine, data, val, cfg)
+    mine = _tiny_model(seed=5, **_LOOP_DROPOUT)                # 同样的权重、同样的随机数状态
+    seen: list[tuple[bool, bool]] = []
+    hook = mine.register_forward_pre_hook(
+        lambda m, a: seen.append((m.training, torch.is_grad_enabled())))
+    try:
+        got, err = _call(fn, mine, data, val, cfg)
+    finally:
+        hook.remove()
     if err:
         return _fail(err)
+    hint = _mode_hint(seen, cfg.max_steps)
+    if hint:
+        return _fail(hint)
     try:
         losses, evals = _as_losses_and_evals(got)
     except Exception:  # noqa: BLE001
@@ -499,7 +547,7 @@ def training_loop(fn) -> bool:
                          "generator=gc.train.batch_generator(cfg.seed, step))，"
                          "T = model.config.block_size")
         for mistake, hint in _MISTAKES.items():
-            trial = _mistake_loop(_tiny_model(seed=5), data, val, cfg, mistake)
+            trial = _mistake_loop(_tiny_model(seed=5, **_LOOP_DROPOUT), data, val, cfg, mistake)
             if all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(trial, losses)):
                 return _fail(hint)
         return _fail(f"前 {first} 步的损失一致，第 {first + 1} 步开始不同"
@@ -520,6 +568,62 @@ def training_loop(fn) -> bool:
         if not torch.allclose(p, q, rtol=1e-4, atol=1e-5):
             return _fail(f"损失都一致，但最后的参数 {name} 不同：最后一步之后是不是又多走了一步？")
     return _ok()
+
+
+def _same(a: float, b: float) -> bool:          # torch.testing.assert_close 的 float32 容差
+    return math.isclose(a, b, rel_tol=1.3e-6, abs_tol=1e-5)
+
+
+def compare_loops(my_losses, my_evals, my_model, pkg_hist, pkg_model) -> bool:
+    """第 10 节的证明：你的循环与 ``gc.train.train`` 逐步比较（损失、评估、最后的权重）。
+
+    全部一致就打印一句话并返回 True；否则说出**第一处**不同在哪一步、最可能的原因
+    （dropout 的随机数、train / eval 模式、学习率日程、权重衰减……），返回 False，不抛异常。"""
+    pkg_losses = [r["loss"] for r in pkg_hist.steps]
+    eval_steps = [e["step"] for e in pkg_hist.evals]
+    if len(my_losses) != len(pkg_losses):
+        print(f"✗ 你的循环记了 {len(my_losses)} 步的损失，包走了 {len(pkg_losses)} 步："
+              "for step in range(cfg.max_steps)，每步记一次 loss.item()")
+        return False
+    s = next((i + 1 for i, (a, b) in enumerate(zip(my_losses, pkg_losses)) if not _same(a, b)),
+             None)
+    j = next((i for i, (a, b) in enumerate(zip(my_evals, pkg_hist.evals))
+              if a.get("step") != b["step"] or not all(_same(float(a.get(k, math.nan)), b[k])
+                                                       for k in ("train", "val"))), None)
+    if j is None and len(my_evals) != len(eval_steps):
+        print(f"✗ 你的循环评估了 {len(my_evals)} 次，包评估了 {len(eval_steps)} 次"
+              f"（第 {eval_steps} 步）：每 cfg.eval_interval 步一次，最后一步也要评估")
+        return False
+    eval_mode = ("评估要在 eval 模式（model.eval()，关掉 dropout）、torch.no_grad() 里做，做完"
+                 " model.train() 切回来——estimate_loss 就是这样。train 模式下评估，dropout 开着，"
+                 "评出的数每次都不一样，还多消耗了随机数：之后每一步的 dropout 掩码都和"
+                 " gc.train.train 错开，后面的损失也就跟着不同")
+    if j is not None and (s is None or eval_steps[j] < s):
+        e, w = my_evals[j], pkg_hist.evals[j]
+        print(f"✗ 前 {eval_steps[j]} 步的损失都一致，但第 {j + 1} 次评估（第 {w['step']} 步）不同："
+              f"你的 val {float(e.get('val', math.nan)):.6f}，包的 {w['val']:.6f}。{eval_mode}")
+        return False
+    if s is not None:
+        where = (f"✗ 第 {s} 步开始不一致：你的损失 {my_losses[s - 1]:.6f}，"
+                 f"包的 {pkg_losses[s - 1]:.6f}。")
+        if s == 1:
+            why = ("第 1 步的前向就不同：训练时模型要在 train 模式（model.train()，dropout 开着），"
+                   "第 step 步的批次用 gc.train.batch_generator(cfg.seed, step) 取")
+        elif s - 1 in eval_steps:
+            why = f"它紧跟在第 {s - 1} 步的评估之后：{eval_mode}"
+        else:
+            why = ("前面的步都一致，所以是参数更新不同：学习率日程（cfg.warmup_steps、"
+                   "cfg.min_lr_ratio）、权重衰减（cfg.weight_decay，只给 dim ≥ 2 的参数）、"
+                   "梯度裁剪（cfg.grad_clip）、zero_grad 的位置")
+        print(where + why)
+        return False
+    for (name, a), b in zip(my_model.state_dict().items(), pkg_model.state_dict().values()):
+        if not torch.allclose(a, b, rtol=1.3e-6, atol=1e-5):
+            print(f"✗ 损失与评估都一致，但最后的权重 {name} 不同：最后一步之后是不是又多走了一步？")
+            return False
+    print(f"{len(my_losses)} 步的损失、{len(my_evals)} 次评估、"
+          f"{len(my_model.state_dict())} 个权重张量全部一致 ✓")
+    return True
 
 
 def _early_stopping_hint(evals: list[dict], patience: int, got: tuple[int, int]) -> str:
@@ -568,24 +672,6 @@ def early_stopping(fn) -> bool:
 
 
 # ---------------------------------------------------------------- 检查器："先猜一猜"
-def _letter(guess, options: dict[str, str]) -> str:
-    g = str(guess).strip().upper()
-    if g not in options:
-        raise ValueError(f"请填 {'、'.join(options)} 中的一个字母，收到 {guess!r}")
-    return g
-
-
-def _judge(guess, options: dict[str, str], right: str, why: str) -> bool:
-    try:
-        g = _letter(guess, options)
-    except ValueError as e:
-        return _fail(str(e))
-    if g == right:
-        print(f"猜对了：{options[right]}。{why}")
-        return _ok()
-    return _fail(f"你猜的是 {g}（{options[g]}），实验给出的是 {right}（{options[right]}）。{why}")
-
-
 INIT_OPTIONS = {"A": "接近 0", "B": "大约 1", "C": "大约 ln V", "D": "大约 V"}
 
 
@@ -594,9 +680,9 @@ def predict_init_loss(guess, measured: float, vocab_size: int) -> bool:
     """先猜：刚初始化的模型在真实诗句上的损失是多少？"""
     values = {"A": 0.0, "B": 1.0, "C": math.log(vocab_size), "D": float(vocab_size)}
     right = min(values, key=lambda k: abs(values[k] - measured))
-    return _judge(guess, INIT_OPTIONS, right,
-                  f"量出来是 {measured:.3f}，ln {vocab_size} = {math.log(vocab_size):.3f}："
-                  "logits 几乎全是 0，softmax 接近均匀分布，每个字的概率约 1/V")
+    return choice(guess, right, INIT_OPTIONS,
+                  why=f"量出来是 {measured:.3f}，ln {vocab_size} = {math.log(vocab_size):.3f}："
+                      "logits 几乎全是 0，softmax 接近均匀分布，每个字的概率约 1/V")
 
 
 BF16_OPTIONS = {"A": "比换一个批次的起伏还大", "B": "比起伏小，但不到 10 倍",
@@ -607,13 +693,13 @@ BF16_OPTIONS = {"A": "比换一个批次的起伏还大", "B": "比起伏小，�
 def predict_bf16_gap(guess, gap: float, spread: float) -> bool:
     """先猜：eval 模式下同一批数据，bf16 与 fp32 的损失差，和换批次的起伏比起来有多大？"""
     right = "A" if gap >= spread else ("B" if gap * 10 >= spread else "C")
-    return _judge(guess, BF16_OPTIONS, right,
-                  f"成对的差 {gap:.5f}，换批次的起伏（标准差）{spread:.4f}，"
-                  f"相差 {spread / max(gap, 1e-12):.0f} 倍")
+    return choice(guess, right, BF16_OPTIONS,
+                  why=f"成对的差 {gap:.5f}，换批次的起伏（标准差）{spread:.4f}，"
+                      f"相差 {spread / max(gap, 1e-12):.0f} 倍")
 
 
 OVERFIT_OPTIONS = {"A": "一直下降", "B": "先降后升", "C": "几乎不变"}
-_SHORT = "（这次的训练太短——快速模式？——实验还没显示出来；完整模式下会看到）"
+_SHORT = "（这次的训练很短——快速模式？——所以按这次量到的判；完整模式的结果见正文）"
 
 
 def _observed_overfit(vals: list[float]) -> str:
@@ -627,12 +713,13 @@ def _observed_overfit(vals: list[float]) -> str:
 def predict_overfit(guess, history) -> bool:
     """先猜：在几百首诗上一直训练下去（不加 dropout），验证损失会怎样？
 
-    答案是 B（先降后升）；检查器同时说出这一次实验实际看到的形状。"""
+    对错按这一次实验量到的曲线判（完整模式下是 B，先降后升）；曲线还没显示出来时
+    （快速模式训练太短），按量到的形状判，并说明原因。"""
     vals = [e["val"] for e in (history.evals if hasattr(history, "evals") else history["evals"])]
     seen = _observed_overfit(vals)
-    return _judge(guess, OVERFIT_OPTIONS, "B",
-                  f"验证损失从 {vals[0]:.2f} 降到最低 {min(vals):.2f}，最后是 {vals[-1]:.2f}"
-                  + ("：模型开始背诵训练集了" if seen == "B" else _SHORT))
+    return choice(guess, seen, OVERFIT_OPTIONS,
+                  why=f"验证损失从 {vals[0]:.2f} 降到最低 {min(vals):.2f}，最后是 {vals[-1]:.2f}"
+                      + ("：模型开始背诵训练集了" if seen == "B" else _SHORT))
 
 
 WINDOW_OPTIONS = {"A": "学习式位置仍然更好", "B": "RoPE 反超", "C": "两者差不多（差距小于 0.02）"}
@@ -642,16 +729,17 @@ WINDOW_OPTIONS = {"A": "学习式位置仍然更好", "B": "RoPE 反超", "C": "
 def predict_windows(guess, learned: float, rope: float) -> bool:
     """先猜：窗口不再从诗的开头切（随机窗口）时，学习式位置与 RoPE 谁的验证损失更低？
 
-    答案是 B（RoPE 反超：绝对位置不再是"第几个字"的免费答案）；检查器同时说出这次量到的数。"""
+    对错按这一次量到的两个损失判（完整模式下是 B：RoPE 反超，绝对位置不再是"第几个字"的
+    免费答案）。"""
     seen = "C" if abs(learned - rope) < 0.02 else ("A" if learned < rope else "B")
-    return _judge(guess, WINDOW_OPTIONS, "B",
-                  f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}"
-                  + ("" if seen == "B" else _SHORT))
+    return choice(guess, seen, WINDOW_OPTIONS,
+                  why=f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}"
+                      + ("" if seen == "B" else _SHORT))
 
 
 def report() -> int:
     """打印本章每个练习在这次运行里的检查结果（✓ 通过、✗ 没通过、— 还没检查），返回通过的个数。"""
-    done = {r["exercise"]: r for r in results()}
+    done = {r["exercise"]: r for r in results() if r["chapter"] == "nb03"}
     for name in EXERCISES:
         r = done.get(name)
         mark = "—" if r is None else ("✓" if r["passed"] else "✗")

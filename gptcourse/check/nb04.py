@@ -10,7 +10,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ._common import SOLUTIONS, _call, _fail, _ok, exercise, results  # noqa: F401
+from ._common import _call, _fail, _ok, choice, exercise, register, results  # noqa: F401
 
 __all__ = ["bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
            "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
@@ -127,7 +127,25 @@ def solution_rhyme_check(poem: str) -> bool:
     return bool(shared)
 
 
-SOLUTIONS.update({
+def solution_guess_ledger() -> str:
+    return "A"     # 不重叠的窗口：每个窗口开头的字几乎没有上文 → 损失更高
+
+
+def solution_guess_shuffled_tones() -> str:
+    return "C"     # 字序打乱：每条规则近似掷硬币，成立的比例在一半左右
+
+
+def solution_guess_zigzag() -> str:
+    return "A"     # 第 1、3、5 字开启一个词（二字词 + 一字），第 2、4 字多半是词的后半
+
+
+GUESS_LEDGER = solution_guess_ledger()
+GUESS_SHUFFLED_TONES = solution_guess_shuffled_tones()
+GUESS_ZIGZAG = solution_guess_zigzag()
+SOLUTIONS = register("nb04", {
+    "guess_ledger": solution_guess_ledger,
+    "guess_shuffled_tones": solution_guess_shuffled_tones,
+    "guess_zigzag": solution_guess_zigzag,
     "rhyme_check": solution_rhyme_check,
     "bits_from_loss": solution_bits_from_loss,
     "perplexity_from_loss": solution_perplexity_from_loss,
@@ -138,39 +156,30 @@ SOLUTIONS.update({
 })
 
 
-GUESS_LEDGER = "A"     # 不重叠的窗口：每个窗口开头的字几乎没有上文 → 损失更高
-GUESS_SHUFFLED_TONES = "C"   # 字序打乱：每条规则近似掷硬币，成立的比例在一半左右
-GUESS_ZIGZAG = "A"     # 第 1、3、5 字开启一个词（二字词 + 一字），第 2、4 字多半是词的后半
-
-
 # ---------------------------------------------------------------- 检查器
-def _letter(guess, right: str, hint: str, choices: str = "ABCD") -> bool:
-    """先猜一猜：答案是一个字母。"""
-    if not isinstance(guess, str) or not guess.strip() or guess.strip().upper() not in choices:
-        return _fail(f"请填 {'、'.join(repr(c) for c in choices)} 中的一个，收到 {guess!r}")
-    return _ok() if guess.strip().upper() == right else _fail(hint)
-
-
 @exercise
 def guess_ledger(guess) -> bool:
     """先猜一猜：不重叠窗口的验证损失比 split_loss（步长 T/2）高、低还是一样？"""
-    return _letter(guess, GUESS_LEDGER, "不重叠的窗口里，每个窗口开头的几个字几乎看不到上文；"
-                   "split_loss 让每个字至少看到 T/2 个字的上文。上文越少，越难猜", "ABC")
+    return choice(guess, GUESS_LEDGER, "ABC",
+                  hints="不重叠的窗口里，每个窗口开头的几个字几乎看不到上文；"
+                        "split_loss 让每个字至少看到 T/2 个字的上文。上文越少，越难猜")
 
 
 @exercise
 def guess_shuffled_tones(guess) -> bool:
     """先猜一猜：把真诗每首的字打乱（标点不动），平仄规则成立的比例大约是多少？"""
-    return _letter(guess, GUESS_SHUFFLED_TONES, "打乱之后，第 2、4 字各自是平还是仄几乎互不相关："
-                   "每条“相反”或“相同”的规则就像掷一枚硬币")
+    return choice(guess, GUESS_SHUFFLED_TONES, "ABCD",
+                  hints="打乱之后，第 2、4 字各自是平还是仄几乎互不相关："
+                        "每条“相反”或“相同”的规则就像掷一枚硬币")
 
 
 @exercise
 def guess_zigzag(guess) -> bool:
     """先猜一猜：五言句里，第 1、3、5 字和第 2、4 字哪一组更难猜？"""
-    return _letter(guess, GUESS_ZIGZAG, "五言句的节奏多是 二 + 二 + 一（或 二 + 一 + 二）："
-                   "一个二字词的第二个字常常由第一个字决定（明→月、春→风），"
-                   "开启一个新词的字才难猜", "ABC")
+    return choice(guess, GUESS_ZIGZAG, "ABC",
+                  hints="五言句的节奏多是 二 + 二 + 一（或 二 + 一 + 二）："
+                        "一个二字词的第二个字常常由第一个字决定（明→月、春→风），"
+                        "开启一个新词的字才难猜")
 
 
 def _numbers(fn, ref, cases, name) -> bool:
@@ -246,6 +255,17 @@ def attention_late_leak(q, k, v):
     return F.softmax(att, dim=-1) @ v
 
 
+def attention_pair_leak(q, k, v):
+    """[B, H, T, D] → [B, H, T, D]：只有一处漏洞——第 2 个位置能看见第 3 个位置。
+    只试一个 t（或只改最后一个字）的泄漏测试抓不住它。"""
+    T, D = q.shape[-2], q.shape[-1]
+    att = q @ k.transpose(-2, -1) / math.sqrt(D)
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
+    mask[2, 3] = True                                      # bug：一对位置 (2, 3)
+    att = att.masked_fill(~mask, float("-inf"))
+    return F.softmax(att, dim=-1) @ v
+
+
 def _leak_models():
     from ..mistakes import (attention_core, attention_no_mask, attention_softmax_wrong_dim,
                             gallery_model, merge_heads_no_transpose, tiny_config)
@@ -258,7 +278,9 @@ def _leak_models():
             ("softmax 维度错了的 GPT", True, gallery_model(cfg, core=attention_softmax_wrong_dim)),
             ("合并多头没转置的 GPT", True, gallery_model(cfg, merge=merge_heads_no_transpose)),
             ("只有后半段泄漏的 GPT（第 8 个位置起）", True,
-             gallery_model(cfg, core=attention_late_leak))]
+             gallery_model(cfg, core=attention_late_leak)),
+            ("只在一对位置之间泄漏的 GPT（第 2 个位置能看见第 3 个）", True,
+             gallery_model(cfg, core=attention_pair_leak))]
 
 
 @exercise
@@ -271,7 +293,7 @@ def future_leak_test(fn) -> bool:
         if bool(got) != leaks:
             if "dropout" in name:
                 hint = "：训练模式下 dropout 每次前向都不一样，先 model.eval() 再比较"
-            elif "后半段" in name:
+            elif "后半段" in name or "一对位置" in name:
                 hint = ("：只检查了开头几个位置吗？泄漏可能只发生在后面的位置——"
                         "改掉第 t 个位置之后的字，要比较第 0…t 个位置的全部输出，"
                         "而且每个 t 都要试")

@@ -13,7 +13,7 @@ import torch
 from ..config import preset
 from ..model import GPT
 from ..rope import apply_rope, rope_angles
-from ._common import SOLUTIONS, _call, _fail, _ok, exercise, results  # noqa: F401
+from ._common import _call, _fail, _ok, choice, exercise, register, results  # noqa: F401
 
 __all__ = ["decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
            "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
@@ -136,11 +136,21 @@ def solution_fenming(line: str) -> list[bool | None]:
     return out
 
 
-GUESS_FREQUENCY = "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
-GUESS_OFFSET = "B"         # 忘了偏移：从第一个带缓存的步骤起就不一样了
+def solution_guess_frequency() -> str:
+    return "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
 
 
-SOLUTIONS.update({
+def solution_guess_offset() -> str:
+    return "B"      # 忘了偏移：从第一个带缓存的步骤起就不一样了
+
+
+GUESS_FREQUENCY = solution_guess_frequency()
+GUESS_OFFSET = solution_guess_offset()
+
+
+SOLUTIONS = register("nb05", {
+    "guess_frequency": solution_guess_frequency,
+    "guess_offset": solution_guess_offset,
     "temperature_softmax": solution_temperature_softmax,
     "top_p": solution_top_p,
     "repetition_penalty": solution_repetition_penalty,
@@ -311,12 +321,9 @@ def decode_loop(fn) -> bool:
 @exercise
 def guess_frequency(guess) -> bool:
     """先猜一猜：抽 100 次时频率与概率的最大偏差，大约是抽 10,000 次时的几倍？"""
-    if not isinstance(guess, str) or not guess.strip() or guess.strip().upper() not in "ABCD":
-        return _fail(f"请填 \"A\"、\"B\"、\"C\" 或 \"D\"，收到 {guess!r}")
-    if guess.strip().upper() == GUESS_FREQUENCY:
-        return _ok()
-    return _fail("每个字的次数近似二项分布，频率的标准差是 √(p(1−p)/n)：随 1/√n 缩小，"
-                 "而不是随 1/n。样本多 100 倍，误差小 √100 倍")
+    return choice(guess, GUESS_FREQUENCY, "ABCD",
+                  hints="每个字的次数近似二项分布，频率的标准差是 √(p(1−p)/n)：随 1/√n 缩小，"
+                        "而不是随 1/n。样本多 100 倍，误差小 √100 倍")
 
 
 @exercise
@@ -391,12 +398,9 @@ def rope_cached_step(fn) -> bool:
 @exercise
 def guess_offset(guess) -> bool:
     """先猜一猜：缓存解码时每一步都把新词元当成位置 0，会怎样？"""
-    if not isinstance(guess, str) or not guess.strip() or guess.strip().upper() not in "ABCD":
-        return _fail(f"请填 \"A\"、\"B\"、\"C\" 或 \"D\"，收到 {guess!r}")
-    if guess.strip().upper() == GUESS_OFFSET:
-        return _ok()
-    return _fail("RoPE 的注意力分数只取决于 Q 与 K 的位置差。新词元按位置 0 旋转、"
-                 "缓存里的 K 按真实位置旋转，第一个带缓存的步骤里位置差就已经错了")
+    return choice(guess, GUESS_OFFSET, "ABCD",
+                  hints="RoPE 的注意力分数只取决于 Q 与 K 的位置差。新词元按位置 0 旋转、"
+                        "缓存里的 K 按真实位置旋转，第一个带缓存的步骤里位置差就已经错了")
 
 
 # ---------------------------------------------------------------- 第 7 节：int8 量化

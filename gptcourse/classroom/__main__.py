@@ -27,6 +27,7 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", required=True, type=Path, help="输出目录")
     s.add_argument("notebooks", nargs="*", type=Path,
                    help="教师版笔记本（默认 notebooks/ 下全部）")
+    s.add_argument("--force", action="store_true", help="覆盖 --out 里已有的同名笔记本")
     g = sub.add_parser("grade", help="给一批作业自动评分")
     g.add_argument("notebooks", nargs="+", type=Path, help="学生交上来的笔记本")
     g.add_argument("--json", type=Path, help="把成绩写成 JSON")
@@ -37,6 +38,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="单个单元格的时限（秒，默认 120）：超时的单元格被中断，后面照常运行")
     w = sub.add_parser("site", help="把五个笔记本（含提交的输出）渲染成静态网站")
     w.add_argument("--out", required=True, type=Path, help="输出目录")
+    w.add_argument("--edition", choices=("student", "teacher"), default="teacher",
+                   help="student：练习是存根、练习与检查的输出去掉（发给学生）；teacher：含答案")
+    w.add_argument("--force", action="store_true", help="覆盖 --out 里已有的网页")
     args = ap.parse_args(argv)
 
     try:
@@ -46,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             missing = [str(p) for p in paths if not p.is_file()]
             if missing:
                 raise FileNotFoundError(f"找不到笔记本：{', '.join(missing)}")
-            for p in write_student_edition(paths, args.out):
+            for p in write_student_edition(paths, args.out, force=args.force):
                 print(f"学生版：{p}")
         elif args.command == "grade":
             from .grade import grade, table, write_csv, write_json
@@ -61,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
                 write_csv(subs, args.csv)
         else:
             from .site import build_site
-            index = build_site(args.out)
+            index = build_site(args.out, edition=args.edition, force=args.force)
             print(f"网站：{index}（用浏览器直接打开，或 python -m http.server -d {args.out}）")
     except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as e:
         print(f"错误：{e}", file=sys.stderr)

@@ -125,15 +125,27 @@ def _assets(out: Path) -> None:
                     ignore=shutil.ignore_patterns("SVG", "*.map"))
 
 
-def build_site(out: Path) -> Path:
-    """渲染整个网站，返回主页路径。"""
-    out = Path(out)
+def build_site(out: Path, edition: str = "teacher", force: bool = False) -> Path:
+    """渲染整个网站，返回主页路径。
+
+    ``edition="student"``：练习单元格换成存根（与学生版笔记本相同），练习与检查单元格的输出
+    去掉，其余输出保留；``"teacher"``：教师版原样（含答案）。``out`` 不能包含输入的笔记本；
+    里面已有要写的文件时不覆盖，除非 ``force``。"""
+    from .student import check_out_dir, student_notebook
+
+    if edition not in ("student", "teacher"):
+        raise ValueError(f"--edition 只能是 student 或 teacher，收到 {edition!r}")
+    out, paths = Path(out), chapters()
+    check_out_dir(paths, out, [out / "index.html"] + [out / f"{p.stem}.html" for p in paths],
+                  force)
     out.mkdir(parents=True, exist_ok=True)
     _assets(out)
     exporter = HTMLExporter(template_name="basic")
-    cards, paths = [], chapters()
+    cards = []
     for i, path in enumerate(paths):
         nb = nbformat.read(path, as_version=4)
+        if edition == "student":
+            nb = student_notebook(nb, path.name, keep_outputs=True)
         body, _ = exporter.from_notebook_node(nb)
         prev_link = f'<a href="{paths[i - 1].stem}.html">← {html.escape(_short_title(paths[i - 1]))}</a>' \
             if i else "<span></span>"

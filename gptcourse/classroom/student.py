@@ -1,4 +1,4 @@
-"""教师版 → 学生版：答案换成存根，输出清空，``show_solution`` 调用去掉，其余原样保留。
+"""教师版 → 学生版：答案换成存根，输出清空，``show_solution`` 与测试标记去掉，末尾加“怎样提交”。
 
 答案的标记（与 nbgrader 相同）::
 
@@ -9,9 +9,13 @@
         ### END SOLUTION
 
 - 在函数体里的答案 → ``raise NotImplementedError("还没完成：<提示>")``：函数照样定义，
-  检查器调用它时打印“还没完成”，笔记本继续往下跑；
+  检查器调用它时打印“还没完成”；
 - 顶层的答案（“先猜一猜”之类）只能是 ``name = value`` 赋值 → ``name = None``，
-  检查器同样报“还没完成”。
+  检查器同样报“还没完成”；
+- 用到学员函数的单元格在教师版里就写成 ``gc.check.mine(…)`` / ``gc.check.ready(…)``
+  （见 ``gptcourse.check._common``），所以学生版从头跑到尾不会停下；
+- 学生版里没有答案，也没有打印答案的办法：``show_solution`` 的代码行与提到它的文字行都删掉，
+  删完还剩 ``show_solution`` 就报错；``# NBVAL_CHECK_OUTPUT``（教师版的测试标记）也删掉。
 """
 from __future__ import annotations
 
@@ -26,6 +30,18 @@ BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HINT = re.compile(r"^\s*#\s*提示[:：]\s*(.*)$")
 SHOW_SOLUTION = re.compile(
     r"^\s*(?:gc\.check\.|gptcourse\.check\.|check\.)?show_solution\(.*\)\s*;?\s*$")
+NBVAL_MARK = "# NBVAL_CHECK_OUTPUT"
+HOW_TO_SUBMIT = """## 怎样提交
+
+1. 只在写着“在这里填写你的答案”或 `raise NotImplementedError("还没完成：…")` 的地方写代码；
+   **不要删除、也不要改动检查单元格**（`gc.check.…` 那几行）：评分工具靠它们认出每一道题。
+2. 交之前从头跑一遍：菜单 Kernel → Restart Kernel and Run All Cells。每个检查都应打印
+   “正确 ✓”；还打印“还没完成”或“还不对”的题，评分时也不会得分。快速模式
+   （环境变量 `GPTCOURSE_QUICK=1`）就够了，评分工具也用快速模式重新运行你的笔记本。
+3. 还没写完的练习，笔记本会先用包里的版本代替（打印“练习 N 还没完成：下面先用 … 代替”），
+   所以后面的单元格照样能跑；这些题不得分。
+4. 交的是这个 `.ipynb` 文件本身，文件名按老师的规定（例如 `学号_姓名.ipynb`）；输出不必清空。
+"""
 
 
 class AuthoringError(ValueError):
@@ -81,34 +97,76 @@ def has_solution(src: str) -> bool:
     return any(line.strip() == BEGIN for line in src.split("\n"))
 
 
-def student_notebook(nb: nbformat.NotebookNode, name: str = "笔记本") -> nbformat.NotebookNode:
-    """返回学生版（不改动传入的笔记本）。"""
+def _drop_show_solution_text(src: str, where: str) -> str:
+    """文字单元格：提到 show_solution 的行整行删掉（教师版把这种说明写在单独一行）。"""
+    return "\n".join(x for x in src.split("\n") if "show_solution" not in x)
+
+
+def _is_exercise_cell(cell: nbformat.NotebookNode) -> bool:
+    """练习单元格（含答案）或检查单元格（nbgrader 的 grade_id 以 -check 结尾）。"""
+    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+    return has_solution(cell.source) or grade_id.endswith("-check")
+
+
+def student_notebook(nb: nbformat.NotebookNode, name: str = "笔记本",
+                     keep_outputs: bool = False) -> nbformat.NotebookNode:
+    """返回学生版（不改动传入的笔记本）。
+
+    ``keep_outputs=True``（学生版网站用）：练习与检查单元格的输出照样清空，其余单元格保留
+    教师版的输出，让只读的网页仍有图和结果。"""
     nb = copy.deepcopy(nb)
     cells = []
     for idx, cell in enumerate(nb.cells):
+        where = f"{name} 第 {idx + 1} 个单元格"
         if cell.cell_type == "code":
-            where = f"{name} 第 {idx + 1} 个单元格"
+            clear = not keep_outputs or _is_exercise_cell(cell)
             src = stub_source(cell.source, where)
-            kept = [x for x in src.split("\n") if not SHOW_SOLUTION.match(x)]
+            kept = [x for x in src.split("\n")
+                    if not SHOW_SOLUTION.match(x) and x.strip() != NBVAL_MARK]
             if any("show_solution(" in x for x in kept):
                 raise AuthoringError(f"{where}：show_solution 调用必须单独占一行")
-            if kept != src.split("\n") and not any(x.strip() and not x.strip().startswith("#")
-                                                   for x in kept):
-                continue                                               # 只剩注释：整格删掉
+            if not any(x.strip() and not x.strip().startswith("#") for x in kept):
+                if any(SHOW_SOLUTION.match(x) for x in src.split("\n")):
+                    continue                                           # 只剩注释：整格删掉
             cell.source = "\n".join(kept)
-            cell.outputs, cell.execution_count = [], None
+            if clear:
+                cell.outputs, cell.execution_count = [], None
+        elif cell.cell_type == "markdown":
+            cell.source = _drop_show_solution_text(cell.source, where)
+        if "show_solution" in cell.source:
+            raise AuthoringError(f"{where}：学生版里还提到 show_solution")
         cells.append(cell)
+    cells.append(nbformat.v4.new_markdown_cell(HOW_TO_SUBMIT))
     nb.cells = cells
     return nb
 
 
-def write_student_edition(notebooks: list[Path], out: Path) -> list[Path]:
+class OutputError(ValueError):
+    """输出目录不合适：会覆盖教师版，或里面已经有同名的文件。"""
+
+
+def check_out_dir(inputs: list[Path], out: Path, targets: list[Path], force: bool = False) -> None:
+    """``--out`` 不能包含输入的笔记本（那会覆盖或混进教师版）；已有要写的文件时不覆盖，
+    除非 ``force``。``student`` 与 ``site`` 两个命令共用。"""
+    out = Path(out).resolve()
+    inside = [str(p) for p in inputs if out in Path(p).resolve().parents]
+    if inside:
+        raise OutputError(f"--out {out} 包含输入的笔记本（如 {inside[0]}），写进去会覆盖或混进"
+                          "教师版；请换一个不包含 notebooks/ 的新目录")
+    existing = [str(t) for t in targets if Path(t).exists()]
+    if existing and not force:
+        raise OutputError(f"{out} 里已经有 {len(existing)} 个要写的文件（如 {existing[0]}），"
+                          "不覆盖；换一个空目录，或加 --force")
+
+
+def write_student_edition(notebooks: list[Path], out: Path, force: bool = False) -> list[Path]:
     """把每个教师版笔记本的学生版写到 out/ 下（同名）。"""
+    targets = [Path(out) / Path(p).name for p in notebooks]
+    check_out_dir(notebooks, out, targets, force)
     out.mkdir(parents=True, exist_ok=True)
     written = []
-    for path in notebooks:
+    for path, target in zip(notebooks, targets):
         nb = nbformat.read(path, as_version=4)
-        target = out / path.name
         nbformat.write(student_notebook(nb, path.name), target)
         written.append(target)
     return written
