@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -209,6 +210,10 @@ def maybe_compile(module: torch.nn.Module, enabled: bool) -> tuple[torch.nn.Modu
     """(做前向的模块, 说明)。torch.compile 是惰性的：真正的编译错误在第一步才出现，见 train。"""
     if not enabled:
         return module, "未编译"
+    if torch.device(next(module.parameters()).device).type == "cpu" and \
+            not any(shutil.which(c) for c in ("g++", "c++", "clang++")):
+        return module, ("torch.compile 在 CPU 上需要 C++ 编译器（g++ / clang++），"
+                        "这里没有，改用普通模式")
     try:
         return torch.compile(module), "torch.compile"
     except Exception as e:                                           # 例如 dynamo 不支持这个 Python

@@ -26,7 +26,7 @@ from ..config import preset
 from ..generate import generate, generate_batch
 from ..model import GPT, KVCache
 from ..quantize import quantize_dynamic_int8
-from .training import machine_info
+from .machine import machine_info, memory_bandwidth
 
 LENGTHS = (32, 64, 128, 256, 512)
 PROMPT_LEN = 8
@@ -52,9 +52,13 @@ class CatCache(KVCache):
 
 
 @contextmanager
-def _variant(model, *, cat_cache=False, manual=False, threads=None):
-    """临时换掉一个杠杆：旧式缓存 / 手写注意力 / 线程数。结束后恢复原样。"""
+def _variant(model, *, cat_cache=False, manual=False, threads=None, full_head=False):
+    """临时换掉一个杠杆：旧式缓存 / 手写注意力 / 线程数 / 输出头算全部位置。结束后恢复原样。"""
     old_threads = torch.get_num_threads()
+    if full_head:                               # 旧做法：每个位置都过输出头，再只取最后一个
+        forward = type(model).forward
+        model.forward = lambda idx, targets=None, cache=None, last_only=False: \
+            forward(model, idx, targets, cache)
     if cat_cache:
         model.new_cache = lambda: CatCache(model.config.n_layer, model.config.block_size)
     for b in model.blocks if manual else ():
@@ -66,6 +70,7 @@ def _variant(model, *, cat_cache=False, manual=False, threads=None):
     finally:
         torch.set_num_threads(old_threads)
         model.__dict__.pop("new_cache", None)
+        model.__dict__.pop("forward", None)
         for b in model.blocks:
             b.attn.use_sdpa = model.config.attention == "sdpa"
 
@@ -122,8 +127,10 @@ def _rates(times: list[tuple[float, float, int]]) -> dict:
     return {"tok_s": wall, "cpu_tok_s": cpu, "tokens": statistics.median(n for *_, n in times)}
 
 
-def shipped_levers(model, tok, rounds: int, n_poems: int) -> dict:
-    """表 1 与表 2：随课程发布的模型，批大小 1 的各个杠杆，以及 16 首一批的吞吐。"""
+def shipped_levers(model, tok, rounds: int, n_poems: int, release: dict | None = None) -> dict:
+    """表 1 与表 2：随课程发布的模型，批大小 1 的各个杠杆，以及 16 首一批的吞吐。
+
+    ``release``：检查点的发布设置；有押韵约束时比较“发布设置”与“同样的采样、不加约束”。"""
     q_all = quantize_dynamic_int8(model, include_head=True)
     q_blocks = quantize_dynamic_int8(model)
     steps = 100
@@ -134,12 +141,19 @@ def shipped_levers(model, tok, rounds: int, n_poems: int) -> dict:
         "默认（fp32 · 预分配缓存 · SDPA · inference_mode · 1 线程）": (model, {}, poems),
         "旧式缓存（每步 torch.cat）": (model, dict(cat_cache=True), poems),
         "手写注意力（代替 SDPA）": (model, dict(manual=True), poems),
+        "输出头算全部位置（旧做法）": (model, dict(full_head=True), poems),
         "2 个线程": (model, dict(threads=2), poems),
         "动态 int8（全部 Linear，含输出头）": (q_all, {}, poems),
         "动态 int8（只量化各块，输出头 fp32）": (q_blocks, {}, poems),
         "温度 0.8 + top-p 0.9": (model, {}, lambda m: _poems(m, tok, n_poems, temperature=0.8,
                                                              top_p=0.9)),
         "诗体约束（七绝）": (model, {}, lambda m: _poems(m, tok, n_poems, form="七绝")),
+        **({} if not release else {
+            "发布设置（含押韵/平仄约束）":
+                (model, {}, lambda m: _poems(m, tok, n_poems, **release)),
+            "发布设置的采样、不加约束": (model, {}, lambda m: _poems(
+                m, tok, n_poems, **{**release, "rhyme": False, "tones": False})),
+        }),
         "模型单步 ×100（inference_mode）":
             (model, {}, lambda m: _steps(m, steps, torch.inference_mode)),
         "模型单步 ×100（no_grad）": (model, {}, lambda m: _steps(m, steps, torch.no_grad)),
@@ -215,15 +229,22 @@ def run(quick: bool = False, lengths: tuple[int, ...] | None = None, repeats: in
     result: dict = {"machine": info, "quick": quick}
     try:
         if lengths is None:
-            from .. import checkpoint
-            model, tok, _ = checkpoint.load()
+            from .. import checkpoint, release
+            model, tok, meta = checkpoint.load()
             model.eval()
             n_poems, rounds = (2, 1) if quick else (4, 3)
             print(f"\n随课程发布的模型（{sum(p.numel() for p in model.parameters()):,} 个参数），"
                   f"批大小 1，每个配置写 {n_poems} 首（种子 0…{n_poems - 1}，默认温度 1，"
                   f"最多 100 个词元），{rounds} 轮取中位数")
-            result |= shipped_levers(model, tok, rounds, n_poems)
+            result |= shipped_levers(model, tok, rounds, n_poems, release.settings(meta))
             print_levers(result)
+            result["floor"] = bandwidth_floor(model, result["levers"][0]["tok_s"],
+                                              memory_bandwidth(32 if quick else 256,
+                                                               2 if quick else 5))
+            f = result["floor"]
+            print(f"\n内存带宽 {f['gb_s']:.1f} GB/s；每个词元读一遍 {f['weight_mb']:.1f} MB 权重 → "
+                  f"下限 {f['floor_tok_s']:,.0f} tok/s；默认设置达到它的 {f['fraction']:.0%}")
+            result["peer"] = peer_row(model, tok, quick)
         lengths = lengths or ((32, 64) if quick else LENGTHS)
         repeats = repeats or (1 if quick else 2)
         print(f"\n缓存 vs 整段重算：课程设计、随机权重、block_size ≥ 640，"
@@ -247,6 +268,36 @@ def print_levers(r: dict) -> None:
     print(f"\n16 首：{parts}；"
           f"一批写的吞吐是逐首写的 {r['batch16_speedup']:.2f} 倍（CPU 时间口径 "
           f"{r['batch16_cpu_speedup']:.2f} 倍）")
+
+
+def bandwidth_floor(model, tok_s: float, memory: dict) -> dict:
+    """批大小 1：每个词元要把全部权重矩阵读一遍 → 按内存带宽算的词元/秒上限，以及实测占它多少。"""
+    mats = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    nbytes = sum(w.nbytes for w in mats.values())
+    floor = memory["gb_s"] * 1e9 / nbytes
+    return {"gb_s": memory["gb_s"], "weight_mb": nbytes / 1e6, "floor_tok_s": floor,
+            "tok_s": tok_s, "fraction": tok_s / floor}
+
+
+PEER_PROMPTS = tuple("春秋山江月花风云夜雨雪柳孤天白长明万青落")   # 20 个一字提示
+
+
+def peer_row(model, tok, quick: bool) -> dict:
+    """同样的权重搬进 transformers 的 LlamaForCausalLM，贪心解码同样的词元，交替计时。"""
+    from . import peer
+    if not peer.available():
+        print("\n（没装 transformers：跳过与 Hugging Face 的对照；"
+              "要这一行请 pip install -e \".[bench]\"）")
+        return {"skipped": "transformers 没有安装"}
+    hf = peer.to_llama(model, tok)
+    prompts = list(PEER_PROMPTS[:4] if quick else PEER_PROMPTS)
+    r = peer.greedy_pair(model, tok, hf, prompts, rounds=1 if quick else 3)
+    print(f"\n对照 transformers LlamaForCausalLM.generate（同样的权重，logits 差 "
+          f"{r['logit_gap']:.1e}；{r['prompts']} 个提示、贪心、共 {r['tokens']} 个相同的词元，"
+          f"{r['rounds']} 轮交替）：我们 {r['ours']['tok_s']:,.0f} tok/s，transformers "
+          f"{r['transformers']['tok_s']:,.0f} tok/s → {r['speedup']:.2f}×"
+          f"（CPU 时间口径 {r['cpu_speedup']:.2f}×）")
+    return r
 
 
 def _md(header: list[str], rows: list[list[str]]) -> list[str]:

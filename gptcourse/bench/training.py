@@ -24,38 +24,11 @@ import torch
 from ..config import preset
 from ..data import get_batch
 from ..model import GPT
-from ..precision import bf16_decision, cpu_info
+from ..precision import bf16_decision
 from ..train import TrainConfig, batch_generator, param_groups, train
+from .machine import limits, machine_info, matmul_ceiling
 
 EVAL_EVERY, EVAL_BATCHES = 250, 10           # 发布配方的评估频率（见 docs/benchmarks.md）
-
-
-def machine_info() -> dict:
-    """CPU 型号、线程数、PyTorch 版本，以及与 bf16 相关的指令集标志。"""
-    name, flags = cpu_info()
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpu": name or "未知", "cores": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(),
-            "torch": torch.__version__, "gpu": gpu,
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "bf16_flags": sorted(flags & {"avx512_bf16", "amx_bf16", "amx_tile", "avx512f"}),
-            "bf16_decision": bf16_decision("cpu")[1]}
-
-
-def matmul_ceiling(n: int = 2048, repeats: int = 5, dtype=torch.float32) -> dict:
-    """n×n 的矩阵乘法（2n³ 次浮点运算），取最快的一次 → GFLOP/s。"""
-    g = torch.Generator().manual_seed(0)
-    a, b = (torch.randn(n, n, generator=g).to(dtype) for _ in range(2))
-    a @ b                                                          # 预热
-    best = min(_timed(lambda: a @ b) for _ in range(repeats))
-    return {"n": n, "dtype": str(dtype).removeprefix("torch."), "seconds": best,
-            "gflops": 2 * n**3 / best / 1e9}
-
-
-def _timed(fn) -> float:
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
 
 
 _BF16_CACHE: dict[str, bool] = {}
@@ -143,9 +116,8 @@ def run(quick: bool = False, vocab_size: int | None = None) -> dict:
     data, val = (torch.randint(vocab_size, (n,), generator=g) for n in (200_000, 20_000))
     info = machine_info()
     native_bf16 = bf16_decision("cpu")[0]
-    ceilings = {"fp32": matmul_ceiling(512 if quick else 2048, 3 if quick else 5),
-                "bf16": matmul_ceiling(256 if quick or not native_bf16 else 2048,
-                                       2 if quick else 3, torch.bfloat16)}
+    ceilings = limits(quick)
+    fp32_samples = [ceilings["fp32"]["gflops"]]
     eval_batches = max(1, round(seg * EVAL_BATCHES / EVAL_EVERY))  # 评估摊到每段里的份量
     base = dict(batch_size=B, lr=1e-3, warmup_steps=10, max_steps=10**6, eval_interval=seg,
                 eval_batches=eval_batches, bf16=False, progress=False)
@@ -176,6 +148,7 @@ def run(quick: bool = False, vocab_size: int | None = None) -> dict:
         for name, c in cases.items():
             rates[name].append(_train_segment(models[name], data, val, c, start, seg))
         again = matmul_ceiling(ceilings["fp32"]["n"], 2)           # 上限也在各段之间重测，取最好
+        fp32_samples.append(again["gflops"])
         ceilings["fp32"] = max(ceilings["fp32"], again, key=lambda d: d["gflops"])
     ref = statistics.median(rates["参照"])
     rows = []
@@ -190,7 +163,8 @@ def run(quick: bool = False, vocab_size: int | None = None) -> dict:
               "model": {"preset": "course", "params": n_params, "n_layer": cfg.n_layer,
                         "batch_size": B, "block_size": T, "steps_per_segment": seg,
                         "rounds": rounds, "eval_batches_per_segment": eval_batches},
-              "matmul_ceiling": ceilings, "training": rows,
+              "matmul_ceiling": {k: v for k, v in ceilings.items() if k != "memory"},
+              "memory": ceilings["memory"], "fp32_samples": fp32_samples, "training": rows,
               "load_average": os.getloadavg()[0] if hasattr(os, "getloadavg") else None}
     print_report(result)
     return result

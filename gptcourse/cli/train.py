@@ -32,6 +32,19 @@ from ..tokenizer import CharTokenizer
 from ..train import History, TrainConfig, TrainingDiverged, make_optimizer, train
 
 
+# 编译要先花约一分钟（算在训练时间里），之后每步快一点：训练超过这么多步才划算。
+# 门槛来自 python -m gptcourse.bench 的训练一节（编译多花的秒数 ÷ 每步省下的秒数），
+# 见 docs/benchmarks.md。
+COMPILE_MIN_STEPS = 500
+
+
+def compile_pays(steps: int | None, minutes: float | None) -> bool:
+    """``--compile`` 没给时：按步数（或按分钟数估算的步数）是否超过实测的门槛决定。"""
+    if steps is not None:
+        return steps >= COMPILE_MIN_STEPS
+    return minutes is not None and minutes >= 5            # 5 分钟 ≈ 门槛步数（2 核 CPU）
+
+
 def cli_arguments(p) -> None:
     p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
     p.add_argument("--preset", default="course", choices=preset_names())
@@ -50,8 +63,10 @@ def cli_arguments(p) -> None:
     p.add_argument("--bf16", action="store_true", help="强制用 bf16（默认看硬件是否支持）")
     p.add_argument("--bf16-mode", choices=("autocast", "weights"), default="autocast",
                    help="bf16 的做法：autocast，或 weights = bf16 权重 + fp32 主权重")
-    p.add_argument("--compile", action="store_true",
-                   help="用 torch.compile 加速训练（先编译约一分钟；失败时自动退回普通模式）")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="用 torch.compile 加速训练（先编译约一分钟；失败时自动退回普通模式）。"
+                        f"默认：步数 ≥ {COMPILE_MIN_STEPS} 时编译"
+                        "（实测的门槛，见 docs/benchmarks.md）")
     p.add_argument("--eval-batches", type=int, default=20, help="每次评估每个划分取多少个批次")
     p.add_argument("--half", action="store_true", help="以 bf16 存储权重（文件减半）")
     p.add_argument("--windows", choices=("poem", "random"), default="poem",
@@ -80,7 +95,8 @@ def cli_main(args) -> int:
                        max_steps=args.steps, max_minutes=args.minutes, grad_accum=args.grad_accum,
                        eval_interval=args.eval_interval, seed=args.seed, bf16=bf16,
                        progress=not args.no_progress, bf16_mode=args.bf16_mode,
-                       compile=args.compile,
+                       compile=compile_pays(args.steps, args.minutes) if args.compile is None
+                       else args.compile,
                        eval_batches=args.eval_batches)            # 先检查参数，再做耗时的事
     dist_utils.init()
     rank = dist_utils.rank()

@@ -52,7 +52,7 @@ from .params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT, RANGES,
                      parse_params, result)
 
 STATIC = Path(__file__).parent / "static"
-FONT = Path(__file__).parent.parent / "fonts" / "GPTCourseCJKSans-Regular.otf"   # 课程自带的中文字体
+FONT = Path(__file__).parent.parent / "fonts" / "GPTCourseCJKSans-Regular.otf"   # 课程字体
 FILES = {                        # GET 路径 → (文件, Content-Type, Cache-Control)
     "/": (STATIC / "index.html", "text/html; charset=utf-8", "no-store"),
     "/index.html": (STATIC / "index.html", "text/html; charset=utf-8", "no-store"),

@@ -1,0 +1,102 @@
+"""同行对照：把随课程发布的模型逐个权重搬进 Hugging Face ``LlamaForCausalLM``，比较批大小 1 的
+贪心解码速度（同样的权重、同样的词元，在同一个进程里交替计时）。
+
+课程模型就是一个小 LLaMA：RMSNorm、rotate-half 的 RoPE、SwiGLU、无偏置、输出头与词嵌入共享；
+只有 Q/K/V 是一个融合的矩阵（这里按行切成 q_proj / k_proj / v_proj）。搬过去之后两边的 logits
+只差浮点舍入（:func:`to_llama` 检查它）。需要可选依赖 ``transformers``
+（``pip install -e ".[bench]"``）；
+没装时 :func:`available` 返回 False，基准跳过这一行并说明原因。
+"""
+from __future__ import annotations
+
+import importlib.util
+import time
+
+import torch
+
+from ..errors import UserError
+from ..generate import generate
+
+
+def available() -> bool:
+    return importlib.util.find_spec("transformers") is not None
+
+
+def to_llama(model, tok, atol: float = 1e-4):
+    """课程的 GPT（RoPE + RMSNorm + SwiGLU + 融合 qkv）→ 权重相同的 ``LlamaForCausalLM``。"""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    c = model.config
+    if (c.pos, c.norm, c.mlp, c.bias, c.qkv) != ("rope", "rmsnorm", "swiglu", False, "fused"):
+        raise UserError("只有 RoPE + RMSNorm + SwiGLU、无偏置、融合 qkv 的模型能搬进 LLaMA")
+    hc = LlamaConfig(vocab_size=c.vocab_size, hidden_size=c.n_embd,
+                     intermediate_size=c.mlp_hidden, num_hidden_layers=c.n_layer,
+                     num_attention_heads=c.n_head, num_key_value_heads=c.n_head,
+                     max_position_embeddings=c.block_size, rms_norm_eps=c.norm_eps,
+                     rope_theta=c.rope_base, tie_word_embeddings=c.tie_weights,
+                     attention_bias=False, mlp_bias=False, hidden_act="silu",
+                     bos_token_id=tok.eos_id, eos_token_id=tok.eos_id, pad_token_id=tok.eos_id)
+    hf = LlamaForCausalLM(hc).eval()
+    sd = {"model.embed_tokens.weight": model.tok_emb.weight,
+          "model.norm.weight": model.norm_f.weight, "lm_head.weight": model.lm_head.weight}
+    for i, b in enumerate(model.blocks):
+        q, k, v = b.attn.qkv.weight.split(c.n_embd, 0)               # 融合的 [3C, C] → 3 × [C, C]
+        p = f"model.layers.{i}."
+        sd |= {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
+               p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.proj.weight,
+               p + "mlp.gate_proj.weight": b.mlp.gate.weight,
+               p + "mlp.up_proj.weight": b.mlp.up.weight,
+               p + "mlp.down_proj.weight": b.mlp.down.weight,
+               p + "input_layernorm.weight": b.norm1.weight,
+               p + "post_attention_layernorm.weight": b.norm2.weight}
+    hf.load_state_dict({k: v.detach().clone() for k, v in sd.items()}, strict=True)
+    ids = torch.arange(min(c.vocab_size, c.block_size))[None] % c.vocab_size   # [1, T]
+    with torch.inference_mode():
+        gap = (hf(ids).logits - model(ids)[0]).abs().max().item()
+    if gap > atol:
+        raise RuntimeError(f"搬进 LLaMA 之后 logits 相差 {gap:.2e}（> {atol:g}）：换算有误")
+    hf.logit_gap = gap
+    return hf
+
+
+def greedy_pair(model, tok, hf, prompts: list[str], rounds: int = 3) -> dict:
+    """两边对同样的提示贪心解码到结束符（词元完全相同才计时），交替 ``rounds`` 轮。
+
+    返回每边的词元/秒（墙钟与本进程 CPU 时间，各取各轮的中位数）与词元总数。"""
+    ids = [torch.tensor([[tok.eos_id] + tok.encode(p)]) for p in prompts]
+    ours = [generate(model, tok, p, temperature=0) for p in prompts]
+    with torch.inference_mode():
+        theirs = [hf.generate(x, max_new_tokens=100, do_sample=False,
+                              attention_mask=torch.ones_like(x))[0, x.shape[1]:].tolist()
+                  for x in ids]
+    n = 0
+    for p, o, t in zip(prompts, ours, theirs):
+        mine = tok.encode(o[len(p):]) + [tok.eos_id]
+        if t[:len(mine)] != mine[:len(t)]:
+            raise RuntimeError(f"两边的贪心结果不同：{o!r} vs {tok.decode(t)!r}")
+        n += len(mine)
+
+    def run_ours():
+        for p in prompts:
+            generate(model, tok, p, temperature=0)
+
+    def run_theirs():
+        with torch.inference_mode():
+            for x in ids:
+                hf.generate(x, max_new_tokens=100, do_sample=False,
+                            attention_mask=torch.ones_like(x))
+
+    times: dict[str, list[tuple[float, float]]] = {"ours": [], "transformers": []}
+    for _ in range(rounds):
+        for name, fn in (("ours", run_ours), ("transformers", run_theirs)):
+            w, c = time.perf_counter(), time.process_time()
+            fn()
+            times[name].append((time.perf_counter() - w, time.process_time() - c))
+    out = {"tokens": n, "prompts": len(prompts), "rounds": rounds,
+           "logit_gap": getattr(hf, "logit_gap", None)}
+    for name, ts in times.items():
+        out[name] = {"tok_s": n / sorted(w for w, _ in ts)[len(ts) // 2],
+                     "cpu_tok_s": n / sorted(c for _, c in ts)[len(ts) // 2]}
+    out["speedup"] = out["ours"]["tok_s"] / out["transformers"]["tok_s"]
+    out["cpu_speedup"] = out["ours"]["cpu_tok_s"] / out["transformers"]["cpu_tok_s"]
+    return out

@@ -1,0 +1,106 @@
+"""把一次基准运行的结果（``docs/benchmarks.json``）写成 ``docs/benchmarks.md``：表格与要点里的
+每个数都来自这次运行；机器忙时（``--allow-busy``）每一节都标明。"""
+from __future__ import annotations
+
+from .generation import _md, markdown_levers, markdown_table
+
+
+def _machine(r: dict) -> list[str]:
+    m = r.get("machine", {})
+    before, after = r.get("quiet", {}).get("before", {}), r.get("quiet", {}).get("after", {})
+
+    def load(s):
+        la = s.get("load_average")
+        share = s.get("other_cpu_share")
+        return (f"负载平均 {la[0]:.2f}" if la else "负载平均 ？") + \
+            (f"，别的进程占全部核的 {share:.0%}" if share is not None else "")
+    lim = r.get("limits", {})
+    out = [f"- 机器：{m.get('cpu', '？')}，{m.get('cores', '？')} 核，"
+           f"PyTorch {m.get('torch', '？')}，"
+           f"{m.get('torch_threads', '？')} 个 torch 线程，内核 {m.get('cpu_capability', '？')}；"
+           f"bf16 相关指令：{', '.join(m.get('bf16_flags') or []) or '无'}。",
+           f"- 开始 {before.get('time', '？')}（{load(before)}），结束 {after.get('time', '？')}"
+           f"（{load(after)}）。"]
+    if lim:
+        out.append(f"- 物理上限（同一次运行）：fp32 矩阵乘法 {lim['fp32']['gflops']:.1f} GFLOP/s"
+                   f"（{lim['fp32']['n']}²），bf16 {lim['bf16']['gflops']:.1f} GFLOP/s"
+                   f"（{lim['bf16']['n']}²），内存带宽 {lim['memory']['gb_s']:.1f} GB/s"
+                   f"（{lim['memory']['megabytes']} MB 复制）。")
+    busy = r.get("quiet", {}).get("busy")
+    if busy:
+        out += ["", "> **机器忙（用 --allow-busy 写出）：下面每个数字都不可信。** 理由："
+                + "；".join(busy)]
+    return out
+
+
+def _training(t: dict) -> list[str]:
+    mod = t["model"]
+    rows = [[x["case"], f"{x['tokens_per_s']:,.0f}", f"{x['ratio']:.2f}×", f"{x['gflops']:.1f}",
+             f"{x['of_ceiling']:.0%}", "—" if x["warmup_s"] is None else f"{x['warmup_s']:.0f}"]
+            for x in t["training"]]
+    out = ["## 训练速度（`python -m gptcourse.bench --only training`）", "",
+           f"course 预设（{mod['n_layer']} 层），{mod['params']:,} 个参数；批次 "
+           f"{mod['batch_size']}×{mod['block_size']}；各配置分段交替运行（每段 "
+           f"{mod['steps_per_segment']} 步，{mod['rounds']} 段取中位数）。参照 = "
+           "`bench/training.py` 里朴素的 nanoGPT 式 fp32 循环"
+           "（默认 AdamW、每步 `.item()`、不评估）；"
+           "train 的两行是墙钟吞吐，含按发布配方频率摊进来的评估。", "",
+           *_md(["配置", "词元/秒", "÷ 参照", "GFLOP/s（6·N·词元/秒）", "占 fp32 上限",
+                 "预热（含编译）秒"], rows)]
+    comp = {x["case"]: x for x in t["training"]}
+    if "train · torch.compile" in comp:
+        eager, compiled = comp["train · 普通模式"], comp["train · torch.compile"]
+        step_e = t["model"]["batch_size"] * t["model"]["block_size"] / eager["tokens_per_s"]
+        step_c = t["model"]["batch_size"] * t["model"]["block_size"] / compiled["tokens_per_s"]
+        extra = (compiled["warmup_s"] or 0) - (eager["warmup_s"] or 0)
+        if step_c < step_e:
+            out += ["", f"编译多花 {extra:.0f} 秒，每步省 {1e3 * (step_e - step_c):.0f} ms："
+                        f"训练超过 **{extra / (step_e - step_c):,.0f} 步** 时编译才划算"
+                        "（`python -m gptcourse train` 的 `--compile auto` 按这个门槛决定）。"]
+        else:
+            out += ["", "这次编译后并不更快：`--compile auto` 不编译。"]
+    return out
+
+
+def _generation(g: dict) -> list[str]:
+    out = ["## 生成速度（`python -m gptcourse.bench --only generation`）", "",
+           "### 1. 随课程发布的模型，批大小 1，带 KV 缓存（全部走 `generate()`）", "",
+           "各配置按轮交替计时，取各轮中位数；每个数给墙钟与本进程 CPU 时间两种口径。", "",
+           markdown_levers(g)]
+    if "floor" in g:
+        f = g["floor"]
+        out += ["", f"**内存带宽下限**：每个词元要把 {f['weight_mb']:.1f} MB fp32 权重读一遍，"
+                    f"按 {f['gb_s']:.1f} GB/s 算最多 {f['floor_tok_s']:,.0f} 词元/秒；"
+                    "默认设置达到它的 "
+                    f"**{f['fraction']:.0%}**（{f['tok_s']:,.0f} 词元/秒）。"]
+    p = g.get("peer") or {}
+    if "speedup" in p:
+        out += ["", "### 对照 Hugging Face transformers", "",
+                f"同样的权重搬进 `LlamaForCausalLM`（logits 最多差 {p['logit_gap']:.1e}），"
+                f"{p['prompts']} 个一字提示、贪心解码，两边写出完全相同的 {p['tokens']} 个词元，"
+                f"{p['rounds']} 轮交替计时：", "",
+                *_md(["解码器", "tok/s", "CPU tok/s"],
+                     [["gptcourse `generate()`", f"{p['ours']['tok_s']:,.0f}",
+                       f"{p['ours']['cpu_tok_s']:,.0f}"],
+                      ["transformers `generate()`", f"{p['transformers']['tok_s']:,.0f}",
+                       f"{p['transformers']['cpu_tok_s']:,.0f}"]]),
+                "", f"我们是 transformers 的 **{p['speedup']:.2f} 倍**"
+                    f"（CPU 时间口径 {p['cpu_speedup']:.2f} 倍）。"]
+    elif p:
+        out += ["", f"（Hugging Face 对照这次跳过：{p['skipped']}。）"]
+    if g.get("rows"):
+        out += ["", "### 3. 缓存 vs 整段重算（课程设计、随机权重、block_size = 640、贪心）", "",
+                markdown_table(g)]
+    return out
+
+
+def markdown(results: dict) -> str:
+    lines = ["# 速度基准", "",
+             "本文件由 `python -m gptcourse.bench` 自动生成，数字全部来自同一次运行"
+             "（原始数据 `docs/benchmarks.json`）；测试套件从不计时。机器不安静时基准拒绝写出本文件"
+             "（理由见 `gptcourse/bench/machine.py`）。", "", *_machine(results), ""]
+    if "training" in results:
+        lines += _training(results["training"]) + [""]
+    if "generation" in results:
+        lines += _generation(results["generation"]) + [""]
+    return "\n".join(lines)

@@ -1,0 +1,88 @@
+"""基准的守门：忙的机器上拒绝写出结果（用人为的负载测，时间有界）；与 transformers 的对照。
+测试从不计时：这里只看基准的判断与结构，不看速度数字。"""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from gptcourse.bench import machine, peer
+from gptcourse.bench.__main__ import main as bench_main
+from gptcourse.bench.report import markdown
+from gptcourse.config import preset
+from gptcourse.model import GPT
+from gptcourse.tokenizer import CharTokenizer
+
+
+def snap(share=0.0, load=0.0, cores=2):
+    return {"time": "t", "load_average": [load, load, load], "other_cpu_share": share,
+            "cores": cores, "torch_threads": 1}
+
+
+def test_busy_reasons():
+    assert machine.busy_reasons([snap(), snap()], [100.0, 95.0]) == []
+    assert "别的进程" in machine.busy_reasons([snap(share=0.5)], [])[0]
+    assert "负载平均" in machine.busy_reasons([snap(load=1.0)], [])[0]
+    assert "相差 20%" in machine.busy_reasons([snap()], [100.0, 80.0])[0]
+
+
+@pytest.fixture
+def artificial_load():
+    """每个核一个死循环的进程（测试结束就杀掉）。"""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
+             for _ in range(machine.os.cpu_count() or 1)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="读 /proc：只在 Linux 上")
+def test_bench_refuses_a_busy_machine(artificial_load, tmp_path, capsys):
+    assert machine.other_cpu_share(0.5) > machine.MAX_OTHER_SHARE
+    out = tmp_path / "benchmarks.json"
+    assert bench_main(["--quick", "--out", str(out)]) == 3
+    assert "机器不安静" in capsys.readouterr().err
+    assert not out.exists() and not out.with_suffix(".md").exists()
+
+
+def test_a_busy_report_says_so_everywhere():
+    text = markdown({"machine": {}, "quiet": {"before": snap(share=0.5), "after": snap(),
+                                              "busy": ["别的进程用掉了 50%"]}})
+    assert "机器忙" in text and "别的进程用掉了 50%" in text
+
+
+def test_physical_limits_are_positive():
+    lim = machine.limits(quick=True)
+    assert lim["fp32"]["gflops"] > 0 and lim["bf16"]["gflops"] > 0 and lim["memory"]["gb_s"] > 0
+
+
+@pytest.fixture(scope="module")
+def tiny_llama_pair():
+    tok = CharTokenizer.from_text("\n春风吹绿江南岸，明月何时照我还。")
+    torch.manual_seed(0)
+    model = GPT(preset("course", vocab_size=tok.vocab_size, block_size=32, n_layer=2,
+                       n_head=2, n_embd=32)).eval()
+    return model, tok
+
+
+def test_peer_converts_and_decodes_the_same_tokens(tiny_llama_pair):
+    pytest.importorskip("transformers", reason="可选依赖 transformers（.[bench]）没有安装")
+    model, tok = tiny_llama_pair
+    hf = peer.to_llama(model, tok)
+    assert hf.logit_gap < 1e-4
+    r = peer.greedy_pair(model, tok, hf, ["春", "明"], rounds=1)
+    assert r["tokens"] > 2 and set(r) >= {"ours", "transformers", "speedup"}
+
+
+def test_peer_row_is_skipped_with_a_message_without_transformers(tiny_llama_pair, monkeypatch,
+                                                                 capsys):
+    from gptcourse.bench import generation
+    monkeypatch.setattr(peer, "available", lambda: False)
+    model, tok = tiny_llama_pair
+    assert generation.peer_row(model, tok, quick=True) == {"skipped": "transformers 没有安装"}
+    assert "跳过" in capsys.readouterr().out
