@@ -15,7 +15,7 @@
     L1 verse  tokenizer  bpe  data                   文字与数据
     L2 rope  model                                   模型
     L3 precision  distributed  train  checkpoint     训练与存储
-    L4 sampling  constraints  generate  evaluate  acceptance  quantize    推理与评估
+    L4 sampling  constraints  generate  evaluate  acceptance  quantize  rhyme_probe   推理与评估
     L5 release                                       发布设置
     L6 serve/                                        网页演示
     L7 cli/                                          命令行（argparse 只在这里）
@@ -40,7 +40,7 @@ MODULES = (
     "verse", "tokenizer", "bpe", "data",
     "rope", "model",
     "precision", "distributed", "train", "checkpoint",
-    "sampling", "constraints", "generate", "evaluate", "acceptance", "quantize",
+    "sampling", "constraints", "generate", "evaluate", "acceptance", "quantize", "rhyme_probe",
     "release", "serve",
     "walkthrough", "viz", "mistakes", "check",
     "bench",                        # 笔记本 03 读机器信息与矩阵乘法上限
@@ -49,8 +49,8 @@ MODULES = (
 if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
     from . import (acceptance, bench, bpe, check, checkpoint, config, constraints, data,
                    distributed, errors, evaluate, generate, mistakes, model, precision, quantize,
-                   release, rope, runtime, sampling, serve, tokenizer, train, verse, viz,
-                   walkthrough)
+                   release, rhyme_probe, rope, runtime, sampling, serve, tokenizer, train, verse,
+                   viz, walkthrough)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,14 @@
 """发布设置：一次发布认证的是“模型 + 解码设置”，设置存在检查点的 meta["release"] 里。
 
-``choose`` 在一组种子上对每组候选设置采样、过一遍验收表（:mod:`gptcourse.acceptance`），从全部
-通过的设置里挑模型自己最“情愿”写的那组（诗的平均负对数似然最低，即最流畅的），再换一组从没用过的
-种子确认一遍。``generate`` / ``serve`` / ``eval`` 的命令行默认用这组设置（:func:`settings`）。
+``choose`` 在一组种子（``TUNE_SEEDS``）上对每组候选设置采样、过一遍验收表
+（:mod:`gptcourse.acceptance`），从全部通过的设置里挑模型自己最“情愿”写的那组（诗的平均负对数
+似然最低，即最流畅的），再在另一组从没用过的种子（``GATE_SEEDS``）上确认一遍。
+``generate`` / ``serve`` / ``eval`` 的命令行默认用这组设置（:func:`settings`）。
+
+**样本外的验收**：挑选时看过的种子上的验收表是"样本内"的（设置就是照着它挑的），不能拿来证明
+放行。所以每一张打印出来的验收表——命令行 ``eval``、模型卡（``data/checkpoints/README.md``）、
+笔记本——都用 ``GATE_SEEDS``，并用 :func:`seed_note` 写明用的是哪些种子、与挑选的种子是否重叠。
+两组种子只定义在这里。
 """
 from __future__ import annotations
 
@@ -24,8 +30,18 @@ FALLBACK = {**SamplingParams().to_dict(), "rhyme": VerseSpec().rhyme, "tones": V
 GRID = {"temperature": (0.8, 0.9, 1.0), "top_p": (None, 0.95), "rhyme": (False, True)}
 # (起始种子, 首数)。首数必须与门槛定下时一样（200 首）：distinct-n 随首数增多而变小，
 # 100 首上通过的设置到 200 首可能不通过（第一次挑选就这样失败过）。
-CHOOSE_SEEDS = (0, 200)          # 挑设置用
-CONFIRM_SEEDS = (50_000, 200)    # 确认用：与挑选时不重叠
+TUNE_SEEDS = (0, 200)            # choose 挑设置用（样本内）
+GATE_SEEDS = (50_000, 200)       # 确认与每一张打印的验收表用：与 TUNE_SEEDS 不重叠（样本外）
+
+
+def seed_note(seeds: tuple[int, int]) -> str:
+    """一句话说明一组 (起始种子, 首数) 是不是样本外的，例如
+    "种子 50000–50199（200 首；挑选发布设置用的是 0–199，不重叠：样本外）"。"""
+    start, n = seeds
+    t0, tn = TUNE_SEEDS
+    overlap = start < t0 + tn and t0 < start + n
+    where = ("与挑选重叠：样本内，不能证明放行" if overlap else "不重叠：样本外")
+    return f"种子 {start}–{start + n - 1}（{n} 首；挑选发布设置用的是 {t0}–{t0 + tn - 1}，{where}）"
 
 
 def settings(meta: dict | None) -> dict:
@@ -88,7 +104,7 @@ def evaluate_setting(model, tok, train_text: str, val_loss: float, setting: dict
 
 
 def choose(model, tok, train_text: str, val_loss: float, grid: dict = GRID,
-           choose_seeds=CHOOSE_SEEDS, confirm_seeds=CONFIRM_SEEDS, progress=print) -> dict:
+           choose_seeds=TUNE_SEEDS, confirm_seeds=GATE_SEEDS, progress=print) -> dict:
     """在 grid 的每组设置上跑验收，挑出发布设置并确认；返回要存进 meta["release"] 的字典。"""
     rows = []
     for values in itertools.product(*grid.values()):

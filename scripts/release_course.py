@@ -2,9 +2,9 @@
 
     python scripts/release_course.py data/checkpoints/course.pt
 
-规则见 gptcourse/release.py：候选设置各采样 200 首（种子 0–199）过验收表，从全部通过的设置里
-挑模型自己最“情愿”写的一组，再用另一组种子（50000–50199，200 首）确认。权重不变，
-检查点原子地重写（带校验和）。
+规则见 gptcourse/release.py：候选设置各采样 200 首（种子 0–199，TUNE_SEEDS）过验收表，
+从全部通过的设置里挑模型自己最“情愿”写的一组，再用另一组种子（50000–50199，200 首，GATE_SEEDS）
+确认。权重不变，检查点原子地重写（带校验和）。
 """
 from __future__ import annotations
 

@@ -75,3 +75,9 @@ def test_rhyme_group_missing_from_the_vocabulary_is_an_error():   # R17：不再
     with pytest.raises(RhymeGroupError, match="词表里没有上平三江的字"):
         VerseConstraint(tok, "五绝", rhyme_group="江")
     assert VerseConstraint(tok, "五绝", rhyme_group="东").rhyme_group == "上平一东"
+
+
+def test_cli_rejects_an_empty_rhyme_group(capsys):                 # R4：命令行 --rhyme-group ''
+    assert gc.cli.main(["generate", "--rhyme-group", "", "--form", "五绝", "--seed", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "未知的平声韵部 ''" in err and "Traceback" not in err

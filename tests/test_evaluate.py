@@ -312,8 +312,8 @@ def test_cli_eval_on_a_tiny_checkpoint(tmp_path, capsys):
                       "--samples", "4", "--seed", "1"])
     out = capsys.readouterr().out
     assert rc == 1                                           # 没训练过的模型必须不放行
-    for needle in ("val loss", "二元 (bigram)", "验收", "格律合格率", "押韵率", "平仄合格率",
-                   "结论：不放行 FAIL"):
+    for needle in ("val loss", "二元 (bigram)", "验收", "格律合格率", "押韵率", "重韵率",
+                   "平仄合格率", "结论：不放行 FAIL", "种子 1–4（4 首；", "样本内"):
         assert needle in out
     model_row = next(line for line in out.splitlines() if line.startswith("模型"))
     val = float(model_row.split()[1])

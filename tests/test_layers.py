@@ -15,6 +15,7 @@ LAYERS = {                                   # 顶层名字 → 层号；T（教
     "rope": 2, "model": 2,
     "precision": 3, "distributed": 3, "train": 3, "checkpoint": 3,
     "sampling": 4, "constraints": 4, "generate": 4, "evaluate": 4, "acceptance": 4, "quantize": 4,
+    "rhyme_probe": 4,
     "release": 5, "serve": 6, "cli": 7, "__main__": 7,
     "walkthrough": 10, "viz": 10, "mistakes": 10, "check": 10,
     "bench": 20, "notebooks": 20, "classroom": 20,

@@ -50,6 +50,14 @@ def test_choose_picks_the_most_fluent_passing_setting_and_confirms_it(monkeypatc
     out = release.choose(None, None, "", 4.0, grid={"temperature": (0.8, 0.9, 1.0)},
                          progress=lambda s: None)
     assert out["settings"]["temperature"] == 0.9
-    assert calls[-1] == (0.9, release.CONFIRM_SEEDS)              # 换一组种子确认
-    assert set(range(release.CHOOSE_SEEDS[0], sum(release.CHOOSE_SEEDS))).isdisjoint(
-        range(release.CONFIRM_SEEDS[0], sum(release.CONFIRM_SEEDS)))
+    assert calls[-1] == (0.9, release.GATE_SEEDS)                 # 换一组种子确认
+    assert all(seeds == release.TUNE_SEEDS for _, seeds in calls[:-1])
+    assert set(range(release.TUNE_SEEDS[0], sum(release.TUNE_SEEDS))).isdisjoint(
+        range(release.GATE_SEEDS[0], sum(release.GATE_SEEDS)))
+
+
+def test_seed_note_says_whether_a_gate_is_out_of_sample():
+    assert release.seed_note(release.GATE_SEEDS) == \
+        "种子 50000–50199（200 首；挑选发布设置用的是 0–199，不重叠：样本外）"
+    assert "样本内" in release.seed_note((0, 200)) and "样本内" in release.seed_note((199, 5))
+    assert "样本外" in release.seed_note((200, 10))

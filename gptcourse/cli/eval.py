@@ -15,15 +15,19 @@ from ..sampling import check_sampling_args
 def cli_arguments(p) -> None:
     p.add_argument("--checkpoint", default=None, help="检查点路径（默认：随课程发布的模型）")
     p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
-    p.add_argument("--samples", type=int, default=200, help="验收用的采样首数")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--samples", type=int, default=None,
+                   help="验收用的采样首数（默认 200，release.GATE_SEEDS）")
+    p.add_argument("--seed", type=int, default=None,
+                   help="起始种子（默认 50000，release.GATE_SEEDS：与挑选发布设置的种子不重叠）")
     p.add_argument("--temperature", type=float, default=None,
                    help="采样温度（默认：检查点的发布设置；设置其余各项也取发布设置）")
     p.add_argument("--batch-size", type=int, default=32)
 
 
 def cli_main(args) -> int:
-    if args.samples < 1:
+    seeds = (release.GATE_SEEDS[0] if args.seed is None else args.seed,
+             release.GATE_SEEDS[1] if args.samples is None else args.samples)
+    if seeds[1] < 1:
         raise UserError(f"--samples 必须 ≥ 1，收到 {args.samples}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size 必须 ≥ 1，收到 {args.batch_size}")
@@ -43,11 +47,11 @@ def cli_main(args) -> int:
     for name, v, t in rows:
         print(f"{name:<16}{v:>10.4f}{t:>11.4f}{math.exp(v):>13,.1f}{v / LN2:>12.3f}")
     decoding = release.for_request(meta, {"temperature": args.temperature})
-    samples = sample_poems(model, tok, args.samples, seed=args.seed, **decoding)
+    samples = sample_poems(model, tok, seeds[1], seed=seeds[0], **decoding)
     which = "检查点的发布设置" if (meta or {}).get("release") else "默认设置"
     print(f"\n采样 {len(samples)} 首（{which}："
           + "，".join(f"{k}={v}" for k, v in decoding.items())
-          + f"；空提示，种子从 {args.seed} 起），例如：")
+          + f"；空提示；{release.seed_note(seeds)}），例如：")
     for s in samples[:3]:
         print("  " + s)
     checks = acceptance_checks(samples, corpus.train, val_loss=val.loss)
