@@ -38,6 +38,8 @@ class Limits:
     memory: int = 4 << 30
     cpu: int = 900
     processes: int = 64
+    file_size: int = 1 << 30        # 单个文件的上限（RLIMIT_FSIZE）
+    tmp_size: int = 256 << 20       # 私有 /tmp（内存里的 tmpfs）的上限
 
 
 @dataclass
@@ -87,7 +89,8 @@ def _readable_roots() -> tuple[list[Path], list[tuple[str, str]]]:
     return keep, links
 
 
-def bwrap_command(argv: list[str], scratch: Path, hide: list[Path] = ()) -> list[str]:
+def bwrap_command(argv: list[str], scratch: Path, hide: list[Path] = (),
+                  limits: Limits = Limits()) -> list[str]:
     """在 bubblewrap 里运行 argv 的完整命令行；``hide`` 里的目录（其他作业所在处）换成空目录。"""
     cmd = [shutil.which("bwrap") or "bwrap", *_base_args()]
     roots, links = _readable_roots()
@@ -99,9 +102,10 @@ def bwrap_command(argv: list[str], scratch: Path, hide: list[Path] = ()) -> list
         visible = any(p.is_relative_to(r) for r in roots)
         if visible and not any(r.is_relative_to(p) for r in roots) \
                 and not scratch.resolve().is_relative_to(p):
-            cmd += ["--tmpfs", str(p)]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
-            "--bind", str(scratch), str(scratch), "--chdir", str(scratch), "--", *argv]
+            cmd += ["--size", "4096", "--tmpfs", str(p)]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_size), "--tmpfs", "/tmp",
+            "--bind", str(scratch), str(scratch), "--remount-ro", "/",
+            "--chdir", str(scratch), "--", *argv]
     return cmd
 
 
@@ -131,6 +135,7 @@ def _limiter(limits: Limits, group: Path | None):
         resource.setrlimit(resource.RLIMIT_AS, soft(limits.memory))
         resource.setrlimit(resource.RLIMIT_CPU, soft(limits.cpu))
         resource.setrlimit(resource.RLIMIT_CORE, soft(0))
+        resource.setrlimit(resource.RLIMIT_FSIZE, soft(limits.file_size))
         if os.geteuid() != 0:
             running = sum(1 for _ in Path("/proc").glob("[0-9]*")) if Path("/proc").exists() else 0
             resource.setrlimit(resource.RLIMIT_NPROC, soft(running + limits.processes))
@@ -143,7 +148,7 @@ def run(argv: list[str], *, scratch: Path, timeout: float, limits: Limits, env: 
         pass_fds: tuple[int, ...] = (), hide: list[Path] = (), sealed: bool = True,
         log: Path | None = None) -> Outcome:
     """运行 argv（sealed 时在沙箱里），最多 timeout 秒；时限到就杀掉整个进程树。"""
-    cmd = bwrap_command(argv, scratch, hide) if sealed else argv
+    cmd = bwrap_command(argv, scratch, hide, limits) if sealed else argv
     group = _pids_cgroup(limits.processes) if sealed else None
     log = log or scratch / "log.txt"
     start = time.monotonic()
