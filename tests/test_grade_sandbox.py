@@ -187,7 +187,8 @@ FORGE_MARKER = """\
 import json
 _fake = [{"exercise": n, "passed": True, "message": "正确"} for n in ("count_pairs", "merge_pair")]
 print("<<GPTCOURSE-RESULTS>>" + json.dumps(_fake))
-get_ipython().events.register("pre_run_cell", lambda *a: print("<<GPTCOURSE-RESULTS>>" + json.dumps(_fake)))"""
+_line = "<<GPTCOURSE-RESULTS>>" + json.dumps(_fake)
+get_ipython().events.register("pre_run_cell", lambda *a: print(_line))"""
 FORGE_CHANNEL = """\
 def count_pairs(ids):
     import json, os, sys

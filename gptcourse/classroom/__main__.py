@@ -38,12 +38,14 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("--out", required=True, type=Path, help="输出目录")
     s.add_argument("notebooks", nargs="*", type=Path,
                    help="教师版笔记本（默认 notebooks/ 下全部）")
-    g = sub.add_parser("grade", help="给一批作业自动评分（每份作业在沙箱里判，见 docs/teaching_guide.md）")
+    g = sub.add_parser("grade",
+                       help="给一批作业自动评分（每份作业在沙箱里判，见 docs/teaching_guide.md）")
     g.add_argument("notebooks", nargs="+", type=Path,
                    help="学生交上来的笔记本，文件名 <学号>_<姓名>.ipynb")
     g.add_argument("--json", type=Path, help="把成绩写成 JSON（每评完一份就更新）")
     g.add_argument("--csv", type=Path,
-                   help="成绩册 CSV（带 BOM 的 UTF-8，Excel 直接打开；每个学生一行，含总分与百分比）")
+                   help="成绩册 CSV（带 BOM 的 UTF-8，Excel 直接打开；"
+                        "每个学生一行，含总分与百分比）")
     g.add_argument("--long-csv", type=Path, help="长表 CSV：每个学生的每道题一行，含结果与说明")
     g.add_argument("--weights", type=Path, help="分值文件（.toml 或 .json），覆盖默认分值")
     g.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1,

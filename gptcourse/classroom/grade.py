@@ -99,7 +99,7 @@ def exercise_names(chapter: str) -> list[str]:
 
 
 def _exercise_for(chapter: str, checker: str) -> str:
-    """检查器名 → EXERCISES 里的练习名（EXERCISES 可能写成 ``count_pairs`` 或 ``nb01.count_pairs``）。"""
+    """检查器名 → EXERCISES 里的练习名（可能写成 ``count_pairs`` 或 ``nb01.count_pairs``）。"""
     for name in exercise_names(chapter):
         if name == checker or re.split(r"[.:/]", name)[-1] == checker:
             return name
@@ -109,9 +109,10 @@ def _exercise_for(chapter: str, checker: str) -> str:
 # ---------------------------------------------------------------- 拼出要判的笔记本
 def reference_path(chapter: str, reference: Path | None = None) -> Path:
     folder = Path(reference) if reference else REFERENCE
-    found = sorted(folder.glob(f"{chapter[2:]}_*.ipynb")) or sorted(folder.glob(f"{chapter[2:]}*.ipynb"))
+    num = chapter[2:]
+    found = sorted(folder.glob(f"{num}_*.ipynb")) or sorted(folder.glob(f"{num}*.ipynb"))
     if not found:
-        raise GradingError(f"在 {folder} 里找不到第 {chapter[2:]} 章的教师版（{chapter[2:]}_*.ipynb）")
+        raise GradingError(f"在 {folder} 里找不到第 {num} 章的教师版（{num}_*.ipynb）")
     return found[0]
 
 
@@ -170,8 +171,8 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
             cells.append({"kind": "code", "source": c.source})
     order = exercise_names(chapter)
     checked = [c["exercise"] for c in cells if c["kind"] == "check"]
-    exercises = sorted(dict.fromkeys(checked),
-                       key=lambda e: (order.index(e) if e in order else len(order), checked.index(e)))
+    exercises = sorted(dict.fromkeys(checked), key=lambda e: (
+        order.index(e) if e in order else len(order), checked.index(e)))
     return {"chapter": chapter, "cell_timeout": cell_timeout, "cells": cells,
             "exercises": exercises}, notes
 

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import re
-import tomllib
 import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
@@ -54,23 +53,35 @@ def load_weights(path: Path) -> Weights:
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
-        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
     except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"读不了分值文件 {path}：{e}") from None
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as e:
+    if path.suffix.lower() == ".toml":
+        try:
+            import tomllib
+        except ImportError:                                             # Python 3.10
+            raise ValueError(f"这个 Python 读不了 TOML（需要 3.11+）：把 {path} 改写成 JSON") \
+                from None
+        parse, errors = tomllib.loads, (tomllib.TOMLDecodeError,)
+    else:
+        parse, errors = json.loads, (json.JSONDecodeError,)
+    try:
+        data = parse(text)
+    except errors as e:
         raise ValueError(f"分值文件 {path} 的格式不对：{e}") from None
     if not isinstance(data, dict):
         raise ValueError(f"分值文件 {path} 应当是一张表（[kinds] 与 [nb01] 之类）")
     out: Weights = {}
     for section, table in data.items():
         if section != "kinds" and not re.fullmatch(r"nb0[1-5]", section):
-            raise ValueError(f"分值文件 {path}：不认识 [{section}]，只能是 [kinds] 或 [nb01]…[nb05]")
+            raise ValueError(f"分值文件 {path}：不认识 [{section}]，"
+                             "只能是 [kinds] 或 [nb01]…[nb05]")
         if not isinstance(table, dict):
             raise ValueError(f"分值文件 {path}：[{section}] 应当是 名字 = 分值 的表")
         known = list(KIND_WEIGHTS) if section == "kinds" else _names(section)
         for key, value in table.items():
             if key not in known:
-                raise ValueError(f"分值文件 {path}：[{section}] 里没有 {key!r}；可选：{', '.join(known)}")
+                raise ValueError(f"分值文件 {path}：[{section}] 里没有 {key!r}；"
+                                 f"可选：{', '.join(known)}")
             if isinstance(value, bool) or not isinstance(value, int | float) \
                     or not math.isfinite(value) or value < 0:
                 raise ValueError(f"分值文件 {path}：[{section}] {key} 的分值应当是 ≥ 0 的数，"
@@ -127,7 +138,8 @@ def table(subs: list[Submission], weights: Weights | None = None) -> str:
         group = [s for s in subs if (s.chapter or "?") == chapter]
         names = next((([e["exercise"] for e in s.exercises]) for s in group if s.exercises), [])
         lines.append(f"== {chapter}（{legend}）")
-        items = [f"{i + 1}={n}（{_fmt(weight(chapter, n, weights))}分）" for i, n in enumerate(names)]
+        items = [f"{i + 1}={n}（{_fmt(weight(chapter, n, weights))}分）"
+                 for i, n in enumerate(names)]
         lines += ["   " + "  ".join(items[k:k + 4]) for k in range(0, len(items), 4)]
         head = ["学号", "姓名"]
         wid = [max(display_width(x) for x in [h, *(getattr(s, a) for s in group)])
