@@ -4,6 +4,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 import time
 from pathlib import Path
 
@@ -256,3 +257,35 @@ def test_student_command_on_the_course_notebooks(tmp_path):
         nb = nbformat.read(p, as_version=4)
         text = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
         assert "BEGIN SOLUTION" not in text and "show_solution(" not in text
+
+
+def test_without_a_sandbox_grading_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    """macOS / Windows / 没有 bubblewrap：照常评分，但先打印一行“不封闭”的说明。"""
+    from gptcourse.classroom import sandbox
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert sandbox.probe.__wrapped__() == "darwin 上没有 bubblewrap"
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(sandbox, "probe", lambda: "测试里假装没有 bubblewrap")
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    nbformat.write(teacher_nb(), ref / "01_tiny.ipynb")
+    nbformat.write(teacher_nb(), tmp_path / "2024001_张三.ipynb")
+    assert main(["grade", str(tmp_path / "2024001_张三.ipynb"), "--reference", str(ref),
+                 "--json", str(tmp_path / "g.json")]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "不封闭" in line]
+    assert len(err) == 1 and "测试里假装没有 bubblewrap" in err[0]
+    assert json.loads((tmp_path / "g.json").read_text(encoding="utf-8"))[0]["score"] == 2
+
+
+def test_checks_in_a_different_order_than_exercises(tmp_path):
+    """教师版里练习的顺序和 EXERCISES 不同：照样判（表按 EXERCISES 的顺序排）。"""
+    nb = teacher_nb()
+    nb.cells[2:4], nb.cells[4:6] = nb.cells[4:6], nb.cells[2:4]
+    (tmp_path / "ref").mkdir()
+    nbformat.write(nb, tmp_path / "ref" / "01_tiny.ipynb")
+    nbformat.write(nb, tmp_path / "2024001_张三.ipynb")
+    assert main(["grade", str(tmp_path / "2024001_张三.ipynb"), "--reference",
+                 str(tmp_path / "ref"), "--json", str(tmp_path / "g.json")]) == 0
+    r = json.loads((tmp_path / "g.json").read_text(encoding="utf-8"))[0]
+    assert [(e["exercise"], e["status"]) for e in r["exercises"]] == [
+        ("count_pairs", "正确"), ("merge_pair", "正确")]

@@ -62,6 +62,7 @@ class Submission:
     error: str | None = None
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    log: str = ""                    # 裁判进程的最后几行输出（只在出错时保存，供老师排查）
 
     @property
     def student(self) -> str:
@@ -79,7 +80,7 @@ class Submission:
         return {"notebook": str(self.path), "student": self.student, "name": self.name,
                 "chapter": self.chapter, "score": self.score, "total": len(self.exercises),
                 "error": self.error, "notes": self.notes, "seconds": round(self.seconds, 1),
-                "exercises": self.exercises}
+                "exercises": self.exercises, **({"judge_log": self.log} if self.log else {})}
 
 
 def chapter_of(nb: nbformat.NotebookNode, path: Path) -> str | None:
@@ -141,24 +142,33 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
     def gid(cell) -> str:
         return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
 
+    def is_solution(cell) -> bool:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        return cell.get("cell_type") == "code" and bool(meta.get("solution")) and bool(gid(cell))
+
+    def is_check(cell) -> bool:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        return cell.get("cell_type") == "code" and bool(meta.get("grade")) \
+            and not meta.get("solution") and bool(GRADE_ID.match(gid(cell)))
+
     answers: dict[str, str] = {}
     for c in submission.cells:
-        if c.get("cell_type") == "code" and gid(c) and not GRADE_ID.match(gid(c)):
+        if is_solution(c):
             answers.setdefault(gid(c), c.get("source", ""))
     base = student_notebook(reference)
-    checks = {GRADE_ID.match(gid(c)).group(2): c for c in base.cells
-              if c.cell_type == "code" and GRADE_ID.match(gid(c))}
+    checks = {GRADE_ID.match(gid(c)).group(2): c for c in base.cells if is_check(c)}
     cells, notes = [], []
     for i, c in enumerate(base.cells):
         if c.cell_type != "code":
             continue
         g = gid(c)
-        m = GRADE_ID.match(g)
-        if m:
+        if is_check(c):
             module, checker, args = _check_call(c.source, f"{where}第 {i} 格（{g}）")
-            cells.append({"kind": "check", "exercise": _exercise_for(chapter, checker),
-                          "module": module, "checker": checker, "args": args})
-        elif c.metadata.get("nbgrader", {}).get("solution") and g:
+            ex = _exercise_for(chapter, checker)
+            if all(x.get("exercise") != ex or x["kind"] != "check" for x in cells):
+                cells.append({"kind": "check", "exercise": ex, "module": module,
+                              "checker": checker, "args": args})          # 每题只判一次
+        elif is_solution(c):
             short = g.split("-", 1)[-1]
             ex = (_exercise_for(chapter, _check_call(checks[short].source, g)[1])
                   if short in checks else g)
@@ -174,7 +184,7 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
     exercises = sorted(dict.fromkeys(checked), key=lambda e: (
         order.index(e) if e in order else len(order), checked.index(e)))
     return {"chapter": chapter, "cell_timeout": cell_timeout, "cells": cells,
-            "exercises": exercises}, notes
+            "exercises": exercises, "order": checked}, notes
 
 
 # ---------------------------------------------------------------- 在沙箱里判
@@ -250,7 +260,7 @@ def _judge(spec: dict, opts: Options) -> tuple[dict[str, dict], str | None]:
         spec["log"] = out.log_tail
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    verdicts, done, tampered = _collect(lines, spec["exercises"])
+    verdicts, done, tampered = _collect(lines, spec["order"])      # 裁判按笔记本的顺序写
     if tampered:
         return {}, "评分通道里出现了不是裁判写的内容（疑似伪造成绩）：整份作业记 0 分"
     if out.returncode is None:
@@ -279,6 +289,8 @@ def grade_one(path: Path, opts: Options | None = None) -> Submission:
     spec, sub.notes = build_spec(nbformat.read(ref, as_version=4), nb, sub.chapter,
                                  opts.cell_timeout, where=f"{ref.name} ")
     verdicts, sub.error = _judge(spec, opts)
+    if sub.error:
+        sub.log = spec.get("log", "")[-2000:]
     for name in spec["exercises"]:
         v = verdicts.get(name)
         if v is None:
@@ -310,8 +322,14 @@ def grade(paths: list[Path], opts: Options | None = None, jobs: int = 1,
     """评一批作业（``jobs`` 份同时评）；每评完一份就调用 on_result；返回值按输入顺序。"""
     paths = [Path(p) for p in paths]
     opts = opts or Options()
-    if opts.sealed and not opts.hide:
-        opts = Options(**{**vars(opts), "hide": tuple({p.resolve().parent for p in paths})})
+    why = sandbox.probe() if opts.sealed else None
+    if why is not None:
+        print(sandbox.UNSEALED.format(why=why), file=sys.stderr)
+        opts = Options(**{**vars(opts), "sealed": False})
+    if opts.sealed and not opts.hide:                  # 沙箱里看不到同学的作业和教师版
+        folders = {p.resolve().parent for p in paths}
+        folders.add(Path(opts.reference or REFERENCE).resolve())
+        opts = Options(**{**vars(opts), "hide": tuple(folders)})
     lock = threading.Lock()
 
     def one(p: Path) -> Submission:
@@ -340,13 +358,12 @@ def grade_command(args) -> None:
     if args.reference is not None and not args.reference.is_dir():
         raise NotADirectoryError(f"--reference 不是目录：{args.reference}")
     check_names(args.notebooks)
-    why = "用户指定了 --no-sandbox" if args.no_sandbox else sandbox.probe()
-    if why:
-        print(sandbox.UNSEALED.format(why=why), file=sys.stderr)
+    if args.no_sandbox:
+        print(sandbox.UNSEALED.format(why="用了 --no-sandbox"), file=sys.stderr)
     limits = sandbox.Limits(memory=int(args.memory * (1 << 30)),
                             cpu=int(args.timeout) + 30)
     opts = Options(timeout=args.timeout, cell_timeout=args.cell_timeout,
-                   reference=args.reference, limits=limits, sealed=why is None)
+                   reference=args.reference, limits=limits, sealed=not args.no_sandbox)
     done: list[Submission] = []
 
     def save(sub: Submission) -> None:

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from ..runtime import ROOT
 
-UNSEALED = ("注意：本机没有可用的沙箱（{why}），作业将不封闭地运行——学生的代码能读写你的文件、"
-            "联网、留下进程；只给信得过的作业评分，或换到装了 bubblewrap 的 Linux 上评分。")
+UNSEALED = ("注意：作业将不封闭地运行（{why}）——学生的代码以你的身份运行，能读写你的文件、"
+            "联网、留下进程（时限与内存限额仍然有效）；只给信得过的作业这样评分，"
+            "或换到装了 bubblewrap 的 Linux 上评分。")
 _PIDS_V1 = Path("/sys/fs/cgroup/pids")
 
 
