@@ -342,12 +342,13 @@ def test_sanitize_keeps_definitions_and_drops_statements():
            "def h(x=print('side effect')):\n    pass\n"
            "class M(nn.Module):\n    n = 3\n    def forward(self, x):\n        return x\n"
            "class Meta(object, metaclass=type):\n    pass\n"
-           "for i in range(3):\n    pass\nimport torch as nn\n")
+           "for i in range(3):\n    pass\nimport torch as nn\nW = 1; c._record('x', True, '')\n")
     text, names, dropped, error = sanitize(src)
     assert error is None
-    assert names == ["math", "math2", "V", "hidden", "f", "M"]
-    assert dropped == 7
+    assert names == ["math", "math2", "V", "hidden", "f", "M", "W"]
+    assert dropped == 8
     assert "_record" not in text and "print" not in text and "metaclass" not in text
+    assert "@torch.no_grad()\ndef f(x, y=2):" in text                 # 装饰器保留
     assert sanitize("def f(:\n")[3].startswith("第 1 行语法错误")
 
 
