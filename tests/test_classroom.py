@@ -1,7 +1,11 @@
 """课堂工具：学生版、自动评分（满分 / 零分 / 部分）、网站。"""
 from __future__ import annotations
 
+import csv
+import io
 import json
+import sys
+import time
 from pathlib import Path
 
 import nbformat
@@ -83,50 +87,165 @@ def test_student_edition_keeps_everything_else():
     assert nb.cells[2].source == SOLVED_PAIRS                      # 原笔记本不变
 
 
+def reference_nb():
+    """评分用的教师版：teacher_nb() 之后再加三个演示单元格，都调用学生的 merge_pair。"""
+    nb = teacher_nb()
+    nb.cells += [new_code_cell("print(merge_pair([1, 2, 1, 2], (1, 2), 9))") for _ in range(3)]
+    return nb
+
+
+CELL_TIMEOUT = 6
+
+
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    """一个班：教师版、未动的学生版、做了一题而另一题死循环的、坏掉的文件——用命令行一次评完。"""
+    """一个班（文件名 <学号>_<姓名>.ipynb）：全对、空白、一题对一题死循环、一题写错、删掉一题且
+    另一题语法错误、坏掉的文件——用命令行一次评完，写出 JSON 与两种 CSV。"""
     d = tmp_path_factory.mktemp("class")
+    ref = tmp_path_factory.mktemp("ref")
+    nbformat.write(reference_nb(), ref / "01_tiny.ipynb")
     partial = student_notebook(teacher_nb())
     partial.cells[2].source = SOLVED_PAIRS                                  # 第一题做对了
     partial.cells[4].source = "def merge_pair(ids, pair, idx):\n    while True:\n        pass"
-    for name, nb in [("teacher", teacher_nb()), ("student", student_notebook(teacher_nb())),
-                     ("partial", partial)]:
-        nbformat.write(nb, d / f"{name}_01.ipynb")
-    (d / "broken_01.ipynb").write_text("{ not json", encoding="utf-8")
-    paths = [str(d / f"{n}_01.ipynb") for n in ("teacher", "student", "partial", "broken")]
-    rc = main(["grade", *paths, "--json", str(d / "g.json"), "--csv", str(d / "g.csv"),
-               "--timeout", "300", "--cell-timeout", "20"])
+    wrong = student_notebook(teacher_nb())
+    wrong.cells[2].source = SOLVED_PAIRS.replace("+ 1", "+ 2")
+    deleted = student_notebook(teacher_nb())
+    deleted.cells[4].source = "def merge_pair(ids, pair, idx)\n    return ids"
+    del deleted.cells[2]
+    class_ = {"2024001_张三": teacher_nb(), "2024002_李四": student_notebook(teacher_nb()),
+              "2024003_欧阳小明": partial, "2024004_Ann": wrong, "2024005_赵六": deleted}
+    for name, nb in class_.items():
+        nbformat.write(nb, d / f"{name}.ipynb")
+    (d / "2024006_坏文件.ipynb").write_text("{ not json", encoding="utf-8")
+    paths = sorted(str(p) for p in d.glob("*.ipynb"))
+    rc = main(["grade", *paths, "--reference", str(ref), "--json", str(d / "g.json"),
+               "--csv", str(d / "g.csv"), "--long-csv", str(d / "long.csv"),
+               "--timeout", "120", "--cell-timeout", str(CELL_TIMEOUT), "--jobs", "2"])
     assert rc == 0
     data = json.loads((d / "g.json").read_text(encoding="utf-8"))
-    return {Path(r["notebook"]).stem: r for r in data}, d
+    return {r["student"]: r for r in data}, d
 
 
-def test_grading_full_zero_partial_and_crashes(graded):
+def _status(sub):
+    return {e["exercise"]: e["status"] for e in sub["exercises"]}
+
+
+def test_grading_statuses_are_distinct(graded):
+    subs, _ = graded
+    assert [e["exercise"] for e in subs["2024001"]["exercises"]] == ["count_pairs", "merge_pair"]
+    assert _status(subs["2024001"]) == {"count_pairs": "正确", "merge_pair": "正确"}
+    assert _status(subs["2024002"]) == {"count_pairs": "未作答", "merge_pair": "未作答"}
+    assert _status(subs["2024003"]) == {"count_pairs": "正确", "merge_pair": "超时"}
+    assert _status(subs["2024004"]) == {"count_pairs": "答案不对", "merge_pair": "未作答"}
+    assert _status(subs["2024005"]) == {"count_pairs": "未作答", "merge_pair": "出错"}
+    msg = {e["exercise"]: e["message"] for e in subs["2024002"]["exercises"]}
+    assert msg["count_pairs"].startswith("还没完成")
+    assert subs["2024001"]["exercises"][0] == {"exercise": "count_pairs", "passed": True,
+                                               "status": "正确", "message": "正确",
+                                               "weight": 2.0, "points": 2.0}
+    wrong = {e["exercise"]: e["message"] for e in subs["2024004"]["exercises"]}
+    assert "期望结果" in wrong["count_pairs"]
+    assert "语法错误" in {e["exercise"]: e["message"]
+                      for e in subs["2024005"]["exercises"]}["merge_pair"]
+    assert subs["2024006"]["score"] == 0 and "读不了" in subs["2024006"]["error"]
+    assert subs["2024003"]["name"] == "欧阳小明"
+
+
+def test_an_endless_exercise_costs_one_timeout(graded):
+    """死循环只在检查时等一次 cell_timeout；后面三个调用它的演示单元格不再等。"""
+    subs, _ = graded
+    timed = {e["exercise"]: e["message"] for e in subs["2024003"]["exercises"]}["merge_pair"]
+    assert timed.startswith(f"超时：运行超过 {CELL_TIMEOUT} 秒")
+    assert subs["2024003"]["seconds"] < 2 * CELL_TIMEOUT + 5        # 4 次超时就是 24 秒以上
+
+
+def test_gradebook_csv_one_row_per_student_with_totals(graded):
+    _, d = graded
+    raw = (d / "g.csv").read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf")                          # BOM：Excel 认出 UTF-8
+    rows = list(csv.reader(io.StringIO(raw.decode("utf-8-sig"))))
+    assert rows[0] == ["学号", "姓名", "count_pairs（2分）", "merge_pair（2分）", "总分", "满分",
+                       "百分比", "备注"]
+    body = {r[0]: r[1:] for r in rows[1:]}
+    assert len(rows) == 7 and len(body) == 6
+    assert body["2024001"][:7] == ["张三", "2", "2", "4", "4", "100.0", ""]
+    assert body["2024002"][:6] == ["李四", "0", "0", "0", "4", "0.0"]
+    assert body["2024003"][:6] == ["欧阳小明", "2", "0", "2", "4", "50.0"]
+    assert body["2024006"][1:3] == ["", ""] and "读不了" in body["2024006"][-1]
+    long = list(csv.reader(io.StringIO((d / "long.csv").read_text(encoding="utf-8-sig"))))
+    assert long[0][:6] == ["学号", "姓名", "笔记本", "章节", "练习", "结果"]
+    assert len(long) == 1 + 5 * 2 + 1
+    assert all("\n" not in c for r in long for c in r)
+
+
+def test_printed_table_is_aligned_by_display_width(graded, capsys):
     subs, d = graded
-    names = [e["exercise"] for e in subs["teacher_01"]["exercises"]]
-    assert names[:2] == ["build_vocab", "count_pairs"]            # 整章的练习表，没做的也算
-    passed = {k: {e["exercise"]: e["passed"] for e in s["exercises"]} for k, s in subs.items()}
-    assert passed["teacher_01"]["count_pairs"] and passed["teacher_01"]["merge_pair"]
-    assert not any(passed["student_01"].values())
-    # 死循环只让那一题得 0 分：单元格被中断，后面照常运行
-    assert passed["partial_01"]["count_pairs"] and not passed["partial_01"]["merge_pair"]
-    score = {k: s["score"] for k, s in subs.items()}
-    assert score["teacher_01"] > score["partial_01"] > score["student_01"] == 0
-    msg = {e["exercise"]: e for e in subs["student_01"]["exercises"]}
-    assert msg["count_pairs"]["message"].startswith("还没完成")
-    ok = {e["exercise"]: e for e in subs["teacher_01"]["exercises"]}
-    assert ok["count_pairs"] == {"exercise": "count_pairs", "passed": True, "message": "正确"}
-    assert score["broken_01"] == 0 and "读不了" in subs["broken_01"]["error"]
-    assert (d / "g.csv").read_text(encoding="utf-8").startswith("student,notebook,chapter")
+    from gptcourse.classroom.grade import Submission
+    from gptcourse.classroom.gradebook import display_width, table
+    fake = [Submission(Path(n), "nb01", [{"exercise": "count_pairs", "passed": True,
+                                          "status": "正确", "message": "正确"}])
+            for n in ("2024001_张三.ipynb", "7_Ann.ipynb", "2024003_欧阳小明.ipynb")]
+    lines = table(fake).splitlines()[-4:]
+    marks = [display_width(line[:line.index(m)]) for line, m in zip(lines, "1✓✓✓")]
+    assert len(set(marks)) == 1, lines
+    assert lines[1].startswith("2024001  张三") and "作业/" not in table(fake)
+
+
+def test_weights_file_overrides_kinds_and_exercises(tmp_path):
+    from gptcourse.classroom.gradebook import exercise_kind, load_weights, weight
+    assert exercise_kind("nb01", "guess_leak") == "predict"
+    assert exercise_kind("nb01", "bpe_train") == "build"
+    assert weight("nb01", "guess_leak") == 1 and weight("nb01", "bpe_train") == 2
+    (tmp_path / "w.toml").write_text("[kinds]\npredict = 0.5\n[nb01]\nbpe_train = 5\n",
+                                     encoding="utf-8")
+    w = load_weights(tmp_path / "w.toml")
+    assert weight("nb01", "guess_leak", w) == 0.5 and weight("nb01", "bpe_train", w) == 5
+    assert weight("nb01", "merge_pair", w) == 2
+    (tmp_path / "w.json").write_text('{"nb01": {"merge_pair": 3}}', encoding="utf-8")
+    assert weight("nb01", "merge_pair", load_weights(tmp_path / "w.json")) == 3
+    for text, match in [('{"nb09": {}}', "不认识"), ('{"nb01": {"nope": 1}}', "没有 'nope'"),
+                        ('{"nb01": {"merge_pair": -1}}', "≥ 0"), ("{", "格式不对")]:
+        (tmp_path / "bad.json").write_text(text, encoding="utf-8")
+        with pytest.raises(ValueError, match=match):
+            load_weights(tmp_path / "bad.json")
+
+
+@pytest.mark.slow
+def test_jobs_2_is_faster_than_jobs_1(tmp_path):
+    """三个学生：两个并行评比一个一个评用的墙钟时间少。"""
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    nbformat.write(teacher_nb(), ref / "01_tiny.ipynb")
+    paths = []
+    for i in range(3):
+        nbformat.write(teacher_nb(), tmp_path / f"20240{i}_学生{i}.ipynb")
+        paths.append(str(tmp_path / f"20240{i}_学生{i}.ipynb"))
+    wall = {}
+    for jobs in (1, 2):
+        start = time.monotonic()
+        assert main(["grade", *paths, "--reference", str(ref), "--jobs", str(jobs),
+                     "--json", str(tmp_path / f"j{jobs}.json")]) == 0
+        wall[jobs] = time.monotonic() - start
+        scores = [r["score"] for r in json.loads((tmp_path / f"j{jobs}.json").read_text())]
+        assert scores == [2, 2, 2]
+    assert wall[2] < wall[1], wall
 
 
 def test_cli_errors_are_one_line_exit_2(tmp_path, capsys):
     assert main(["grade", str(tmp_path / "nope.ipynb")]) == 2
     assert "找不到作业" in capsys.readouterr().err
-    with pytest.raises(SystemExit) as e:
-        main(["grade", "x.ipynb", "--timeout", "-1"])
-    assert e.value.code == 2
+    for bad in (["--timeout", "-1"], ["--jobs", "0"], ["--jobs", "x"]):
+        with pytest.raises(SystemExit) as e:
+            main(["grade", "x.ipynb", *bad])
+        assert e.value.code == 2
+    for name in ("2024001_张三.ipynb", "2024001_张三_重交.ipynb"):
+        nbformat.write(teacher_nb(), tmp_path / name)
+    capsys.readouterr()
+    assert main(["grade", *map(str, sorted(tmp_path.glob("*.ipynb")))]) == 2
+    assert "两份作业的学号都是 2024001" in capsys.readouterr().err
+    (tmp_path / "w.json").write_text("{", encoding="utf-8")
+    assert main(["grade", str(tmp_path / "2024001_张三.ipynb"), "--weights",
+                 str(tmp_path / "w.json")]) == 2
 
 
 def test_student_command_on_the_course_notebooks(tmp_path):
@@ -138,3 +257,35 @@ def test_student_command_on_the_course_notebooks(tmp_path):
         nb = nbformat.read(p, as_version=4)
         text = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
         assert "BEGIN SOLUTION" not in text and "show_solution(" not in text
+
+
+def test_without_a_sandbox_grading_says_so_in_one_line(tmp_path, monkeypatch, capsys):
+    """macOS / Windows / 没有 bubblewrap：照常评分，但先打印一行“不封闭”的说明。"""
+    from gptcourse.classroom import sandbox
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert sandbox.probe.__wrapped__() == "darwin 上没有 bubblewrap"
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(sandbox, "probe", lambda: "测试里假装没有 bubblewrap")
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    nbformat.write(teacher_nb(), ref / "01_tiny.ipynb")
+    nbformat.write(teacher_nb(), tmp_path / "2024001_张三.ipynb")
+    assert main(["grade", str(tmp_path / "2024001_张三.ipynb"), "--reference", str(ref),
+                 "--json", str(tmp_path / "g.json")]) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if "不封闭" in line]
+    assert len(err) == 1 and "测试里假装没有 bubblewrap" in err[0]
+    assert json.loads((tmp_path / "g.json").read_text(encoding="utf-8"))[0]["score"] == 2
+
+
+def test_checks_in_a_different_order_than_exercises(tmp_path):
+    """教师版里练习的顺序和 EXERCISES 不同：照样判（表按 EXERCISES 的顺序排）。"""
+    nb = teacher_nb()
+    nb.cells[2:4], nb.cells[4:6] = nb.cells[4:6], nb.cells[2:4]
+    (tmp_path / "ref").mkdir()
+    nbformat.write(nb, tmp_path / "ref" / "01_tiny.ipynb")
+    nbformat.write(nb, tmp_path / "2024001_张三.ipynb")
+    assert main(["grade", str(tmp_path / "2024001_张三.ipynb"), "--reference",
+                 str(tmp_path / "ref"), "--json", str(tmp_path / "g.json")]) == 0
+    r = json.loads((tmp_path / "g.json").read_text(encoding="utf-8"))[0]
+    assert [(e["exercise"], e["status"]) for e in r["exercises"]] == [
+        ("count_pairs", "正确"), ("merge_pair", "正确")]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -20,6 +21,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"需要一个正整数，收到 {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"需要一个正整数，收到 {text!r}")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gptcourse.classroom", description="课堂工具")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -28,14 +39,28 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("notebooks", nargs="*", type=Path,
                    help="教师版笔记本（默认 notebooks/ 下全部）")
     s.add_argument("--force", action="store_true", help="覆盖 --out 里已有的同名笔记本")
-    g = sub.add_parser("grade", help="给一批作业自动评分")
-    g.add_argument("notebooks", nargs="+", type=Path, help="学生交上来的笔记本")
-    g.add_argument("--json", type=Path, help="把成绩写成 JSON")
-    g.add_argument("--csv", type=Path, help="把成绩写成 CSV（每行一个学生的一道题）")
+    g = sub.add_parser("grade",
+                       help="给一批作业自动评分（每份作业在沙箱里判，见 docs/teaching_guide.md）")
+    g.add_argument("notebooks", nargs="+", type=Path,
+                   help="学生交上来的笔记本，文件名 <学号>_<姓名>.ipynb")
+    g.add_argument("--json", type=Path, help="把成绩写成 JSON（每评完一份就更新）")
+    g.add_argument("--csv", type=Path,
+                   help="成绩册 CSV（带 BOM 的 UTF-8，Excel 直接打开；"
+                        "每个学生一行，含总分与百分比）")
+    g.add_argument("--long-csv", type=Path, help="长表 CSV：每个学生的每道题一行，含结果与说明")
+    g.add_argument("--weights", type=Path, help="分值文件（.toml 或 .json），覆盖默认分值")
+    g.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1,
+                   help="同时评几份作业（默认：CPU 核数）")
     g.add_argument("--timeout", type=_positive, default=600,
-                   help="每份作业的总时限（秒，默认 600）")
+                   help="每份作业的总时限（秒，默认 600）：到时整个沙箱被杀掉")
     g.add_argument("--cell-timeout", type=_positive, default=120,
-                   help="单个单元格的时限（秒，默认 120）：超时的单元格被中断，后面照常运行")
+                   help="单个单元格的时限（秒，默认 120）：超时的练习记“超时”，只计一次")
+    g.add_argument("--memory", type=_positive, default=4,
+                   help="每份作业的内存上限（GiB，地址空间，默认 4）")
+    g.add_argument("--reference", type=Path,
+                   help="教师版笔记本所在目录（默认仓库的 notebooks/）")
+    g.add_argument("--no-sandbox", action="store_true",
+                   help="不用沙箱（只给信得过的作业用；没有 bubblewrap 时自动如此）")
     w = sub.add_parser("site", help="把五个笔记本（含提交的输出）渲染成静态网站")
     w.add_argument("--out", required=True, type=Path, help="输出目录")
     w.add_argument("--edition", choices=("student", "teacher"), default="teacher",
@@ -53,16 +78,8 @@ def main(argv: list[str] | None = None) -> int:
             for p in write_student_edition(paths, args.out, force=args.force):
                 print(f"学生版：{p}")
         elif args.command == "grade":
-            from .grade import grade, table, write_csv, write_json
-            missing = [str(p) for p in args.notebooks if not p.is_file()]
-            if missing:
-                raise FileNotFoundError(f"找不到作业：{', '.join(missing)}")
-            subs = grade(args.notebooks, timeout=args.timeout, cell_timeout=args.cell_timeout)
-            print(table(subs))
-            if args.json:
-                write_json(subs, args.json)
-            if args.csv:
-                write_csv(subs, args.csv)
+            from .grade import grade_command
+            grade_command(args)
         else:
             from .site import build_site
             index = build_site(args.out, edition=args.edition, force=args.force)

@@ -1,45 +1,57 @@
-"""全班自动评分：每份作业在一个全新的内核里从头跑（快速模式、限时、不联网），再读检查器的结果。
+"""全班自动评分：每份作业在沙箱里由一个“裁判”进程重新判一遍，学生的代码碰不到判决。
 
-- 章节：由作业里评分单元格的 ``nbgrader.grade_id``（``nbXX-<练习>-check``）认出，练习表取
-  ``gptcourse.check.nbXX.EXERCISES``——学生删掉的练习也照样计 0 分；
-- 一个单元格超过 ``cell_timeout`` 秒就被中断（KeyboardInterrupt），后面的单元格照常运行，
-  所以死循环只让那一题得 0 分；整份作业超过 ``timeout`` 秒就整份停下，没跑到的题计 0 分；
-- 某份作业崩溃（内核死掉、笔记本文件坏了）只影响它自己，不影响同一批的其他作业。
+流程（一份作业）：
+
+1. 认出章节（评分单元格的 ``nbgrader.grade_id`` = ``nbXX-<练习>-check``，或文件名里的 01…05），
+   找到这一章的教师版（默认 ``notebooks/0N_*.ipynb``，可用 ``reference`` 换成老师自己的版本）；
+2. 拼出要执行的笔记本：教师版的学生版（演示、检查单元格都取自教师版），其中每个练习单元格换成
+   作业里 ``grade_id`` 相同的单元格，而且只取其中的定义（``judge.sanitize``）；作业里删掉的练习
+   保留存根（计“未作答”），学生另加的单元格不执行；
+3. 在沙箱（``sandbox.py``）里运行 ``judge.py``：它自己调用检查器，每判完一题就往一个管道里写一行；
+   一个单元格超过 ``cell_timeout`` 秒就中断，超时的练习只计一次（它定义的函数随即停用）；整份
+   作业超过 ``timeout`` 秒就杀掉整个沙箱，没判到的题计“超时”；
+4. 评分进程核对管道里的每一行（练习名、顺序、不重复）；出现不是裁判写的内容，整份作业记 0 分。
+
+``grade`` 用 ``jobs`` 个线程同时评多份作业（每份一个沙箱），每评完一份就回调 ``on_result``，
+所以评分中途被杀也不会丢掉已经评完的成绩。成绩表、CSV 与权重见 ``gradebook.py``。
 """
 from __future__ import annotations
 
-import csv
+import ast
 import importlib
 import json
 import os
 import re
-import signal
-import subprocess
+import shutil
 import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-MARK = "<<GPTCOURSE-RESULTS>>"
-GRADE_ID = re.compile(r"^(nb0[1-5])-(.+)-check$")
+from ..runtime import ROOT
+from . import sandbox
+from .judge import sanitize
 
-# 注入到作业最前面：不许连接本机以外的地址（内核自己的通道早已连上，不受影响）
-NO_NETWORK = '''\
-import socket as _socket
-_connect = _socket.socket.connect
-def _local_only(self, address, *args):
-    host = address[0] if isinstance(address, tuple) else address
-    if isinstance(host, str) and host not in ("127.0.0.1", "localhost", "::1"):
-        raise OSError("评分时不允许联网：" + host)
-    return _connect(self, address, *args)
-_socket.socket.connect = _local_only
-del _local_only'''
-# 注入到作业最后：把检查器记下的结果打印出来
-REPORT = f'''\
-import json as _json
-from gptcourse.check import _common as _c
-print({MARK!r} + _json.dumps(_c.results(), ensure_ascii=False))'''
+GRADE_ID = re.compile(r"^(nb0[1-5])-(.+)-check$")
+STATUSES = ("正确", "答案不对", "未作答", "出错", "超时")
+REFERENCE = ROOT / "notebooks"
+NAME_RULE = "<学号>_<姓名>.ipynb"
+
+
+class GradingError(ValueError):
+    """评分做不下去（教师版找不到、检查单元格的格式不对、学号重复……）。"""
+
+
+def student_of(path: Path) -> tuple[str, str]:
+    """文件名 ``<学号>_<姓名>[_其他].ipynb`` → (学号, 姓名)；没有下划线时整个文件名当学号。"""
+    sid, _, rest = Path(path).stem.partition("_")
+    return sid.strip(), rest.split("_")[0].strip()
 
 
 @dataclass
@@ -48,20 +60,27 @@ class Submission:
     chapter: str | None = None
     exercises: list[dict] = field(default_factory=list)
     error: str | None = None
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    log: str = ""                    # 裁判进程的最后几行输出（只在出错时保存，供老师排查）
 
     @property
     def student(self) -> str:
-        return self.path.stem if self.path.parent.name in ("", ".") else \
-            f"{self.path.parent.name}/{self.path.stem}"
+        return student_of(self.path)[0]
+
+    @property
+    def name(self) -> str:
+        return student_of(self.path)[1]
 
     @property
     def score(self) -> int:
         return sum(e["passed"] for e in self.exercises)
 
     def to_dict(self) -> dict:
-        return {"notebook": str(self.path), "student": self.student, "chapter": self.chapter,
-                "score": self.score, "total": len(self.exercises), "error": self.error,
-                "exercises": self.exercises}
+        return {"notebook": str(self.path), "student": self.student, "name": self.name,
+                "chapter": self.chapter, "score": self.score, "total": len(self.exercises),
+                "error": self.error, "notes": self.notes, "seconds": round(self.seconds, 1),
+                "exercises": self.exercises, **({"judge_log": self.log} if self.log else {})}
 
 
 def chapter_of(nb: nbformat.NotebookNode, path: Path) -> str | None:
@@ -75,34 +94,190 @@ def chapter_of(nb: nbformat.NotebookNode, path: Path) -> str | None:
 
 
 def exercise_names(chapter: str) -> list[str]:
-    return list(importlib.import_module(f"gptcourse.check.{chapter}").EXERCISES)
+    """这一章 ``gptcourse.check.<chapter>.EXERCISES`` 的练习名（按笔记本里出现的顺序）。"""
+    exercises = importlib.import_module(f"gptcourse.check.{chapter}").EXERCISES
+    return [str(e) for e in exercises]
 
 
-def _run_in_subprocess(path: Path, timeout: float,
-                       cell_timeout: float) -> tuple[dict | None, str | None]:
-    """在子进程里执行作业；返回 (练习名 → 结果, 出错说明)。"""
-    cmd = [sys.executable, "-m", "gptcourse.classroom.grade", "--run-one", str(path),
-           "--cell-timeout", str(cell_timeout)]
-    env = {**os.environ, "GPTCOURSE_QUICK": "1", "MPLBACKEND": "Agg", "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=env, start_new_session=True)               # 自成进程组，好整组杀掉
+def _exercise_for(chapter: str, checker: str) -> str:
+    """检查器名 → EXERCISES 里的练习名（可能写成 ``count_pairs`` 或 ``nb01.count_pairs``）。"""
+    for name in exercise_names(chapter):
+        if name == checker or re.split(r"[.:/]", name)[-1] == checker:
+            return name
+    return checker
+
+
+# ---------------------------------------------------------------- 拼出要判的笔记本
+def reference_path(chapter: str, reference: Path | None = None) -> Path:
+    folder = Path(reference) if reference else REFERENCE
+    num = chapter[2:]
+    found = sorted(folder.glob(f"{num}_*.ipynb")) or sorted(folder.glob(f"{num}*.ipynb"))
+    if not found:
+        raise GradingError(f"在 {folder} 里找不到第 {num} 章的教师版（{num}_*.ipynb）")
+    return found[0]
+
+
+def _check_call(source: str, where: str) -> tuple[str, str, list[str]]:
+    """教师版的检查单元格 ``gc.check.nbXX.name(参数…)`` → (nbXX, name, 参数源代码)。"""
     try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        return None, f"整份作业超过 {timeout:g} 秒，已停止"
-    for line in out.splitlines():
-        if line.startswith(MARK):
-            return {r["exercise"]: r for r in json.loads(line[len(MARK):])}, None
-    last = (err.strip().splitlines() or ["（没有输出）"])[-1]
-    return None, f"作业没能跑完：{last}"
+        tree = ast.parse(source)
+    except SyntaxError as e:
+        raise GradingError(f"{where}：检查单元格不是合法的 Python（{e.msg}）") from None
+    call = tree.body[0].value if len(tree.body) == 1 and isinstance(tree.body[0], ast.Expr) \
+        else None
+    parts = ast.unparse(call.func).split(".") if isinstance(call, ast.Call) else []
+    if len(parts) < 3 or parts[-3] != "check" or not re.fullmatch(r"nb0[1-5]", parts[-2]) \
+            or call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+        raise GradingError(f"{where}：检查单元格应当只有一行 gc.check.nbXX.<练习>(参数…)，"
+                           f"收到 {source.strip()[:80]!r}")
+    return parts[-2], parts[-1], [ast.get_source_segment(source, a) or ast.unparse(a)
+                                  for a in call.args]
 
 
-def grade_one(path: Path, timeout: float = 600, cell_timeout: float = 120) -> Submission:
+def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNode,
+               chapter: str, cell_timeout: float, where: str = "教师版") -> tuple[dict, list[str]]:
+    """教师版 + 作业 → 裁判要执行的单元格表，以及作业中被忽略的语句的说明。"""
+    from .student import student_notebook
+
+    def gid(cell) -> str:
+        return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+
+    def is_solution(cell) -> bool:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        return cell.get("cell_type") == "code" and bool(meta.get("solution")) and bool(gid(cell))
+
+    def is_check(cell) -> bool:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        return cell.get("cell_type") == "code" and bool(meta.get("grade")) \
+            and not meta.get("solution") and bool(GRADE_ID.match(gid(cell)))
+
+    answers: dict[str, str] = {}
+    for c in submission.cells:
+        if is_solution(c):
+            answers.setdefault(gid(c), c.get("source", ""))
+    base = student_notebook(reference)
+    checks = {GRADE_ID.match(gid(c)).group(2): c for c in base.cells if is_check(c)}
+    cells, notes = [], []
+    for i, c in enumerate(base.cells):
+        if c.cell_type != "code":
+            continue
+        g = gid(c)
+        if is_check(c):
+            module, checker, args = _check_call(c.source, f"{where}第 {i} 格（{g}）")
+            ex = _exercise_for(chapter, checker)
+            if all(x.get("exercise") != ex or x["kind"] != "check" for x in cells):
+                cells.append({"kind": "check", "exercise": ex, "module": module,
+                              "checker": checker, "args": args})          # 每题只判一次
+        elif is_solution(c):
+            short = g.split("-", 1)[-1]
+            ex = (_exercise_for(chapter, _check_call(checks[short].source, g)[1])
+                  if short in checks else g)
+            source, names, dropped, error = sanitize(answers.get(g, c.source))
+            if dropped:
+                notes.append(f"练习 {ex}：忽略了 {dropped} 条直接执行的语句（评分只采用定义）")
+            cells.append({"kind": "solution", "exercise": ex, "source": source, "names": names,
+                          "error": error})
+        else:
+            cells.append({"kind": "code", "source": c.source})
+    order = exercise_names(chapter)
+    checked = [c["exercise"] for c in cells if c["kind"] == "check"]
+    exercises = sorted(dict.fromkeys(checked), key=lambda e: (
+        order.index(e) if e in order else len(order), checked.index(e)))
+    return {"chapter": chapter, "cell_timeout": cell_timeout, "cells": cells,
+            "exercises": exercises, "order": checked}, notes
+
+
+# ---------------------------------------------------------------- 在沙箱里判
+@dataclass
+class Options:
+    timeout: float = 600
+    cell_timeout: float = 120
+    reference: Path | None = None
+    limits: sandbox.Limits = field(default_factory=sandbox.Limits)
+    sealed: bool = True
+    hide: tuple[Path, ...] = ()
+
+
+def _env(scratch: Path) -> dict:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(scratch),
+            "LANG": "C.UTF-8", "PYTHONPATH": str(ROOT), "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONUNBUFFERED": "1", "GPTCOURSE_QUICK": "1", "MPLBACKEND": "Agg",
+            "MPLCONFIGDIR": str(scratch / ".mpl"), "OMP_NUM_THREADS": "1",
+            "MKL_NUM_THREADS": "1", "TMPDIR": "/tmp"}
+
+
+def _read_channel(fd: int, sink: list[str]) -> None:
+    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            if len(sink) < 1000:
+                sink.append(line.rstrip("\n"))
+
+
+def _collect(lines: list[str], expected: list[str]) -> tuple[dict[str, dict], bool, bool]:
+    """核对裁判写来的行 → (练习 → 判决, 是否写完, 是否被篡改)。"""
+    verdicts: dict[str, dict] = {}
+    done = tampered = False
+    for line in lines:
+        if line == "DONE" and not done:
+            done = True
+            continue
+        try:
+            v = json.loads(line)
+            ex = v["exercise"]
+            ok = (not done and isinstance(v, dict) and ex in expected and ex not in verdicts
+                  and expected.index(ex) == len(verdicts) and isinstance(v["passed"], bool)
+                  and v["status"] in STATUSES and isinstance(v["message"], str)
+                  and (v["status"] == "正确") == v["passed"])
+        except (ValueError, KeyError, TypeError):
+            ok = False
+        if not ok:
+            tampered = True
+            break
+        verdicts[ex] = {"passed": v["passed"], "status": v["status"],
+                        "message": v["message"][:400]}
+    return verdicts, done, tampered
+
+
+def _judge(spec: dict, opts: Options) -> tuple[dict[str, dict], str | None]:
+    scratch = Path(tempfile.mkdtemp(prefix="gptcourse-grade-"))
+    try:
+        (scratch / "spec.json").write_text(json.dumps(spec, ensure_ascii=False),
+                                           encoding="utf-8")
+        r, w = os.pipe()
+        lines: list[str] = []
+        reader = threading.Thread(target=_read_channel, args=(r, lines), daemon=True)
+        reader.start()
+        argv = [sys.executable, "-m", "gptcourse.classroom.judge", str(scratch / "spec.json"),
+                str(w)]
+        try:
+            out = sandbox.run(argv, scratch=scratch, timeout=opts.timeout, limits=opts.limits,
+                              env=_env(scratch), pass_fds=(w,), hide=list(opts.hide),
+                              sealed=opts.sealed, log=scratch.parent / f"{scratch.name}.log")
+        finally:
+            os.close(w)
+        reader.join(timeout=10)
+        (scratch.parent / f"{scratch.name}.log").unlink(missing_ok=True)
+        spec["log"] = out.log_tail
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    verdicts, done, tampered = _collect(lines, spec["order"])      # 裁判按笔记本的顺序写
+    if tampered:
+        return {}, "评分通道里出现了不是裁判写的内容（疑似伪造成绩）：整份作业记 0 分"
+    if out.returncode is None:
+        return verdicts, f"整份作业超过 {opts.timeout:g} 秒，已停止"
+    if not done:
+        return verdicts, f"作业的进程意外退出（返回码 {out.returncode}），没判到的题记 0 分"
+    return verdicts, None
+
+
+def grade_one(path: Path, opts: Options | None = None) -> Submission:
+    opts = opts or Options()
     sub = Submission(Path(path))
+    start = time.monotonic()
     try:
         nb = nbformat.read(path, as_version=4)
+        if not isinstance(nb.get("cells"), list):
+            raise ValueError("没有 cells")
     except Exception as e:  # noqa: BLE001 - 坏文件只影响这一份作业
         sub.error = f"读不了这个笔记本：{type(e).__name__}"
         return sub
@@ -110,79 +285,99 @@ def grade_one(path: Path, timeout: float = 600, cell_timeout: float = 120) -> Su
     if sub.chapter is None:
         sub.error = "认不出是哪一章的作业（没有评分单元格，文件名里也没有 01…05）"
         return sub
-    results, sub.error = _run_in_subprocess(sub.path, timeout, cell_timeout)
-    results = results or {}
-    for name in exercise_names(sub.chapter):
-        r = results.get(name)
-        if r is None:
-            why = sub.error or "这一题的检查没有运行（超时、被删掉，或前面的单元格出错）"
-            r = {"exercise": name, "passed": False, "message": why}
-        sub.exercises.append({"exercise": name, "passed": bool(r["passed"]),
-                              "message": r["message"]})
+    ref = reference_path(sub.chapter, opts.reference)
+    spec, sub.notes = build_spec(nbformat.read(ref, as_version=4), nb, sub.chapter,
+                                 opts.cell_timeout, where=f"{ref.name} ")
+    verdicts, sub.error = _judge(spec, opts)
+    if sub.error:
+        sub.log = spec.get("log", "")[-2000:]
+    for name in spec["exercises"]:
+        v = verdicts.get(name)
+        if v is None:
+            timed_out = sub.error and sub.error.startswith("整份作业超过")
+            v = {"passed": False, "status": "超时" if timed_out else "出错",
+                 "message": ("超时：" if timed_out else "出错：") + (sub.error or "没有判到这一题")}
+        sub.exercises.append({"exercise": name, **v})
+    sub.seconds = time.monotonic() - start
     return sub
 
 
-def grade(paths: list[Path], timeout: float = 600, cell_timeout: float = 120) -> list[Submission]:
-    return [grade_one(Path(p), timeout, cell_timeout) for p in paths]
+def check_names(paths: Iterable[Path]) -> None:
+    """同一章里两份作业的学号相同 → GradingError（成绩表会互相覆盖）。"""
+    seen: dict[tuple[str, str | None], Path] = {}
+    for p in map(Path, paths):
+        try:
+            chapter = chapter_of(nbformat.read(p, as_version=4), p)
+        except Exception:  # noqa: BLE001 - 坏文件在评分时再报
+            continue
+        key = (student_of(p)[0], chapter)
+        if key in seen:
+            raise GradingError(f"两份作业的学号都是 {key[0]}：{seen[key]} 与 {p}"
+                               f"（文件名请用 {NAME_RULE}）")
+        seen[key] = p
 
 
-def table(subs: list[Submission]) -> str:
-    """学生 × 练习的成绩表（✓ / ✗），每章一张。"""
-    lines = []
-    for chapter in sorted({s.chapter or "?" for s in subs}):
-        group = [s for s in subs if (s.chapter or "?") == chapter]
-        names = exercise_names(chapter) if chapter != "?" else []
-        width = max(len(s.student) for s in group)
-        lines.append(f"== {chapter}：" + "、".join(f"{i + 1}={n}" for i, n in enumerate(names)))
-        lines.append(f"{'学生':<{width}}  " + " ".join(f"{i + 1:>2}" for i in range(len(names)))
-                     + "  得分")
-        for s in group:
-            marks = " ".join(f"{'✓' if e['passed'] else '✗':>2}" for e in s.exercises)
-            note = f"  （{s.error}）" if s.error else ""
-            lines.append(f"{s.student:<{width}}  {marks}  {s.score}/{len(names)}{note}")
-    return "\n".join(lines)
+def grade(paths: list[Path], opts: Options | None = None, jobs: int = 1,
+          on_result: Callable[[Submission], None] | None = None) -> list[Submission]:
+    """评一批作业（``jobs`` 份同时评）；每评完一份就调用 on_result；返回值按输入顺序。"""
+    paths = [Path(p) for p in paths]
+    opts = opts or Options()
+    why = sandbox.probe() if opts.sealed else None
+    if why is not None:
+        print(sandbox.UNSEALED.format(why=why), file=sys.stderr)
+        opts = Options(**{**vars(opts), "sealed": False})
+    if opts.sealed and not opts.hide:                  # 沙箱里看不到同学的作业和教师版
+        folders = {p.resolve().parent for p in paths}
+        folders.add(Path(opts.reference or REFERENCE).resolve())
+        opts = Options(**{**vars(opts), "hide": tuple(folders)})
+    lock = threading.Lock()
+
+    def one(p: Path) -> Submission:
+        try:
+            sub = grade_one(p, opts)
+        except GradingError as e:
+            sub = Submission(p, error=str(e))
+        if on_result is not None:
+            with lock:
+                on_result(sub)
+        return sub
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, paths))
 
 
-def write_csv(subs: list[Submission], path: Path) -> None:
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f)
-        w.writerow(["student", "notebook", "chapter", "exercise", "passed", "message"])
-        for s in subs:
-            for e in s.exercises:
-                w.writerow([s.student, str(s.path), s.chapter, e["exercise"], int(e["passed"]),
-                            e["message"]])
 
+def grade_command(args) -> None:
+    """``python -m gptcourse.classroom grade`` 的主体（参数见 classroom/__main__.py）。"""
+    from . import gradebook
 
-def write_json(subs: list[Submission], path: Path) -> None:
-    Path(path).write_text(json.dumps([s.to_dict() for s in subs], ensure_ascii=False, indent=1),
-                          encoding="utf-8")
+    missing = [str(p) for p in args.notebooks if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"找不到作业：{', '.join(missing)}")
+    weights = gradebook.load_weights(args.weights) if args.weights else None
+    if args.reference is not None and not args.reference.is_dir():
+        raise NotADirectoryError(f"--reference 不是目录：{args.reference}")
+    check_names(args.notebooks)
+    if args.no_sandbox:
+        print(sandbox.UNSEALED.format(why="用了 --no-sandbox"), file=sys.stderr)
+    limits = sandbox.Limits(memory=int(args.memory * (1 << 30)),
+                            cpu=int(args.timeout) + 30)
+    opts = Options(timeout=args.timeout, cell_timeout=args.cell_timeout,
+                   reference=args.reference, limits=limits, sealed=not args.no_sandbox)
+    done: list[Submission] = []
 
+    def save(sub: Submission) -> None:
+        done.append(sub)
+        print(f"评完 {len(done)}/{len(args.notebooks)}：{sub.student} {sub.name} "
+              f"{sub.chapter or '?'}（{sub.seconds:.0f} 秒）", file=sys.stderr, flush=True)
+        for path, write in ((args.json, gradebook.write_json), (args.csv, gradebook.write_csv),
+                            (args.long_csv, gradebook.write_long_csv)):
+            if path:
+                write(done, path, weights)
 
-def _run_one(path: str, cell_timeout: float) -> int:
-    """子进程里：注入“不联网”与“报结果”两个单元格，在全新内核里执行，打印结果。"""
-    from nbclient import NotebookClient
-
-    nb = nbformat.read(path, as_version=4)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(NO_NETWORK))
-    nb.cells.append(nbformat.v4.new_code_cell(REPORT))
-    client = NotebookClient(nb, timeout=cell_timeout, interrupt_on_timeout=True, allow_errors=True,
-                            kernel_name="python3",
-                            resources={"metadata": {"path": str(Path(path).parent)}})
-    client.execute()
-    for out in nb.cells[-1].get("outputs", []):
-        for line in out.get("text", "").splitlines():
-            if line.startswith(MARK):
-                print(line)
-                return 0
-    print("报结果的单元格没有输出", file=sys.stderr)
-    return 1
-
-
-if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--run-one", required=True)
-    ap.add_argument("--cell-timeout", type=float, default=120)
-    a = ap.parse_args()
-    sys.exit(_run_one(a.run_one, a.cell_timeout))
+    subs = grade(args.notebooks, opts, jobs=args.jobs, on_result=save)
+    print(gradebook.table(subs, weights))
+    for path, write in ((args.json, gradebook.write_json), (args.csv, gradebook.write_csv),
+                        (args.long_csv, gradebook.write_long_csv)):
+        if path:
+            write(subs, path, weights)                   # 最后按输入顺序再写一遍

@@ -1,0 +1,370 @@
+"""评分的沙箱与裁判：恶意作业（可靠性评审 §2a 的 A3–A17）只能影响它自己，而且伪造不了成绩。
+
+一个小班一次评完（``--jobs 2``）：每份恶意作业把攻击写进第 1 题 ``count_pairs`` 的函数体（检查器
+调用它时攻击就真的执行了），攻击被挡住时函数再返回正确答案——所以“第 1 题得分”就是“攻击被挡住”。
+伪造成绩的作业（A13–A15）什么题都没做，应当 0 分。另有两个诚实的同学（全对 / 空白）看成绩是否被改。
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from test_classroom import SOLVED_MERGE, SOLVED_PAIRS, teacher_nb
+
+from gptcourse.classroom import sandbox
+from gptcourse.classroom.__main__ import main
+from gptcourse.classroom.judge import clean_message, sanitize
+from gptcourse.classroom.student import student_notebook
+from gptcourse.runtime import ROOT
+
+WHY = sandbox.probe()
+MARKER = "4711"                                  # 恶意作业留下的子进程：sleep 4711
+TIMEOUT, CELL_TIMEOUT = 30, 6
+
+pytestmark = pytest.mark.slow
+
+
+def _require_sandbox() -> None:
+    if WHY is None:
+        return
+    if os.environ.get("CI") == "true" and sys.platform.startswith("linux"):
+        pytest.fail(f"CI 上必须能用沙箱（.ci/run 会安装 bubblewrap）：{WHY}")
+    pytest.skip(f"本机没有可用的沙箱：{WHY}")
+
+
+HONEST = SOLVED_PAIRS.split("\n", 1)[1]                     # 正确的函数体
+
+
+def attack(probe: str) -> str:
+    """第 1 题：先执行 probe（它设置 ok = 攻击被挡住），挡住了才返回正确答案。"""
+    return ("def count_pairs(ids):\n" + textwrap.indent(textwrap.dedent(probe), "    ")
+            + "\n    if not ok:\n        return {}\n" + HONEST)
+
+
+def probes(d: Path, port: int) -> dict[str, str]:
+    classmate = d / "2024002_空白.ipynb"
+    return {
+        # A3：握着 GIL 的 C 循环，单元格超时中断不了它，只能杀掉整个沙箱
+        "A03": "ok = sum(range(10**12)) < 0",
+        # A4：脱离会话的子进程（PID 命名空间随沙箱一起消失）
+        "A04": f"""
+            import subprocess
+            if not getattr(count_pairs, "spawned", False):
+                count_pairs.spawned = True
+                for _ in range(30):
+                    subprocess.Popen(["sleep", "{MARKER}"], start_new_session=True)
+            ok = True""",
+        # A5：申请 20 GiB 地址空间
+        "A05": """
+            import mmap
+            try:
+                mmap.mmap(-1, 20 << 30)
+                ok = False
+            except (OSError, MemoryError, ValueError):
+                ok = True""",
+        # A6 + A7：删掉作业目录里的文件、把同学的作业改成 {}
+        "A06": f"""
+            import os, glob
+            hits = 0
+            for p in glob.glob({str(d)!r} + "/*"):
+                try:
+                    os.remove(p)
+                    hits += 1
+                except OSError:
+                    pass
+            try:
+                open({str(classmate)!r}, "w").write("{{}}")
+                hits += 1
+            except OSError:
+                pass
+            ok = hits == 0""",
+        # A8：删掉 / 写入老师仓库里的文件
+        "A08": """
+            import gptcourse, pathlib
+            root = pathlib.Path(gptcourse.__file__).parents[1]
+            hits = 0
+            for act in (lambda: (root / "CANARY.txt").write_text("x"),
+                        lambda: (root / "pyproject.toml").unlink(),
+                        lambda: (root / "gptcourse" / "model.py").write_text("")):
+                try:
+                    act()
+                    hits += 1
+                except OSError:
+                    pass
+            ok = hits == 0""",
+        # A9：写到作业目录以外（/tmp 是沙箱私有的，不会落到真正的 /tmp）
+        "A09": f"""
+            import pathlib
+            hits = 0
+            for p in ("/etc/gptcourse-x", "/usr/gptcourse-x", "/root/gptcourse-x", "/gptcourse-x",
+                      {str(d.parent / "outside.txt")!r}):
+                try:
+                    pathlib.Path(p).write_text("x")
+                    hits += 1
+                except OSError:
+                    pass
+            pathlib.Path("/tmp/gptcourse-hostile-{MARKER}").write_text("x")
+            ok = hits == 0""",
+        # A11 + A12：联网（TCP connect / connect_ex / UDP）——沙箱的网络命名空间里没有路由，
+        # 连评分机自己 127.0.0.1 上正在监听的端口也连不上（那是另一个网络命名空间的 lo）
+        "A11": f"""
+            import socket
+            blocked = 0
+            probe = socket.socket()
+            probe.settimeout(2)
+            blocked += probe.connect_ex(("127.0.0.1", {port})) != 0
+            try:
+                socket.create_connection(("192.0.2.1", 80), timeout=2)
+            except OSError:
+                blocked += 1
+            s = socket.socket()
+            s.settimeout(2)
+            blocked += s.connect_ex(("192.0.2.1", 9)) != 0
+            u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+            try:
+                u.sendto(b"x", ("192.0.2.1", 9))
+            except OSError:
+                blocked += 1
+            ok = blocked == 4""",
+        # 进程数：fork 炸弹
+        "NPROC": """
+            import subprocess
+            procs, ok = [], False
+            try:
+                for _ in range(300):
+                    procs.append(subprocess.Popen(["sleep", "30"]))
+            except OSError:
+                ok = True
+            for p in procs:
+                p.kill()""",
+        # A16：往老师的检查器源文件里追加一个“全对”的 results()
+        "A16": """
+            import gptcourse.check._common as c, pathlib
+            p = pathlib.Path(c.__file__)
+            try:
+                p.write_text(p.read_text() + "\\ndef results():\\n    return []\\n")
+                ok = False
+            except OSError:
+                ok = True""",
+        # A17：沿 /proc 的父进程链往上，把评分进程和自己都 SIGKILL 掉
+        "A17": """
+            import os, signal
+            pid = os.getppid()
+            while pid > 1:
+                try:
+                    ppid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+                    os.kill(pid, signal.SIGKILL)
+                except (OSError, ValueError, IndexError):
+                    break
+                pid = ppid
+            os.kill(os.getpid(), signal.SIGKILL)
+            ok = True""",
+    }
+
+
+# 伪造成绩：什么都没做，只想把结果改成“全对”（A13–A15），写在三个地方
+FORGE_RECORD = """\
+import gptcourse.check._common as _c
+for _n in ("count_pairs", "merge_pair"):
+    _c._record(_n, True, "正确")"""
+FORGE_REPLACE = """\
+import gptcourse.check as _chk, gptcourse.check._common as _c, gptcourse.check.nb01 as _nb
+_secret = open("/etc/passwd").readline()
+for _n in ("count_pairs", "merge_pair"):
+    setattr(_nb, _n, lambda *a, **k: True)
+    setattr(_chk, _n, lambda *a, **k: True)
+    _c.RESULTS[_n] = {"exercise": _n, "passed": True, "message": _secret}
+_c.results = lambda: list(_c.RESULTS.values())"""
+FORGE_MARKER = """\
+import json
+_fake = [{"exercise": n, "passed": True, "message": "正确"} for n in ("count_pairs", "merge_pair")]
+print("<<GPTCOURSE-RESULTS>>" + json.dumps(_fake))
+_line = "<<GPTCOURSE-RESULTS>>" + json.dumps(_fake)
+get_ipython().events.register("pre_run_cell", lambda *a: print(_line))"""
+FORGE_CHANNEL = """\
+def count_pairs(ids):
+    import json, os, sys
+    for n in ("merge_pair", "count_pairs"):
+        line = {"exercise": n, "passed": True, "status": "正确", "message": "正确"}
+        os.write(int(sys.argv[-1]), (json.dumps(line) + "\\n").encode())
+    raise NotImplementedError("还没完成")"""
+
+
+def _body_forge(code: str) -> str:
+    """把伪造的语句放进第 1 题的函数体：检查器调用它时执行（之后照样是存根）。"""
+    return ("def count_pairs(ids):\n" + textwrap.indent(code, "    ")
+            + "\n    raise NotImplementedError('还没完成')")
+
+
+def _tree_digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root)
+        if rel.parts[0] in (".git", ".venv", ".pytest_cache") or "__pycache__" in rel.parts:
+            continue
+        h.update(str(rel).encode())
+        if p.is_file():
+            h.update(hashlib.sha256(p.read_bytes()).digest())
+    return h.hexdigest()
+
+
+def _survivors() -> list[str]:
+    found = []
+    for p in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (p / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmd[:2] == [b"sleep", MARKER.encode()] or b"gptcourse.classroom.judge" in cmd:
+            found.append(f"{p.name}: {b' '.join(cmd).decode(errors='replace')}")
+    return found
+
+
+@pytest.fixture(scope="module")
+def hostile_class(tmp_path_factory):
+    """评一个有 15 份作业的班：两个诚实的同学 + 每种攻击一份。"""
+    _require_sandbox()
+    d = tmp_path_factory.mktemp("class")
+    ref = tmp_path_factory.mktemp("ref")
+    nbformat.write(teacher_nb(), ref / "01_tiny.ipynb")
+    blank = student_notebook(teacher_nb())
+    subs = {"2024001_全对": teacher_nb(), "2024002_空白": blank}
+    listener = socket.create_server(("127.0.0.1", 0))           # 沙箱外的一个本机端口
+    for i, (case, probe) in enumerate(probes(d, listener.getsockname()[1]).items()):
+        nb = student_notebook(teacher_nb())
+        nb.cells[2].source = attack(probe)
+        nb.cells[4].source = SOLVED_MERGE
+        subs[f"31{i:02d}_{case}"] = nb
+    forged = {"A13cell": ("extra", FORGE_RECORD), "A13top": ("top", FORGE_RECORD),
+              "A13body": ("body", FORGE_RECORD), "A14cell": ("extra", FORGE_REPLACE),
+              "A14body": ("body", FORGE_REPLACE), "A15cell": ("extra", FORGE_MARKER),
+              "A15chan": ("chan", FORGE_CHANNEL)}
+    for i, (case, (where, code)) in enumerate(forged.items()):
+        nb = student_notebook(teacher_nb())
+        if where == "extra":
+            nb.cells.insert(2, nbformat.v4.new_code_cell(code))
+            nb.cells.append(nbformat.v4.new_code_cell(code))
+        elif where == "top":
+            nb.cells[2].source = code + "\n\n" + nb.cells[2].source
+        elif where == "body":
+            nb.cells[2].source = _body_forge(code)
+        else:
+            nb.cells[2].source = code
+        subs[f"41{i:02d}_{case}"] = nb
+    for name, nb in subs.items():
+        nbformat.write(nb, d / f"{name}.ipynb")
+    before_files = {p.name: p.read_bytes() for p in d.iterdir()}
+    before_repo = _tree_digest(ROOT)
+    start = time.monotonic()
+    rc = main(["grade", *(str(d / f"{n}.ipynb") for n in subs), "--reference", str(ref),
+               "--json", str(d.parent / "g.json"), "--jobs", "2",
+               "--timeout", str(TIMEOUT), "--cell-timeout", str(CELL_TIMEOUT)])
+    wall = time.monotonic() - start
+    listener.close()
+    assert rc == 0
+    data = json.loads((d.parent / "g.json").read_text(encoding="utf-8"))
+    by = {r["name"]: r for r in data}
+    return {"by": by, "d": d, "wall": wall, "before_files": before_files,
+            "before_repo": before_repo, "n": len(subs)}
+
+
+def _passed(r: dict) -> dict[str, bool]:
+    return {e["exercise"]: e["passed"] for e in r["exercises"]}
+
+
+@pytest.mark.parametrize("case", ["A04", "A05", "A06", "A08", "A09", "A11", "NPROC", "A16"])
+def test_attack_is_blocked_inside_the_sandbox(hostile_class, case):
+    r = hostile_class["by"][case]
+    assert _passed(r) == {"count_pairs": True, "merge_pair": True}, r
+
+
+def test_gil_holding_c_loop_is_killed_at_the_deadline(hostile_class):
+    r = hostile_class["by"]["A03"]
+    assert _passed(r) == {"count_pairs": False, "merge_pair": False}
+    assert r["error"].startswith(f"整份作业超过 {TIMEOUT} 秒")
+    assert {e["status"] for e in r["exercises"]} == {"超时"}
+    assert r["seconds"] < TIMEOUT + 10
+
+
+def test_killing_the_grader_only_zeroes_that_submission(hostile_class):
+    r = hostile_class["by"]["A17"]
+    assert r["score"] == 0 and "意外退出" in r["error"]
+    assert hostile_class["by"]["全对"]["score"] == 2          # 评分进程活着，别人的成绩都在
+
+
+@pytest.mark.parametrize("case", ["A13cell", "A13top", "A13body", "A14cell", "A14body",
+                                  "A15cell", "A15chan"])
+def test_forged_submissions_score_zero(hostile_class, case):
+    r = hostile_class["by"][case]
+    assert r["score"] == 0, r
+    assert not any("root:" in e["message"] for e in r["exercises"])
+    if case != "A15chan":
+        assert {e["status"] for e in r["exercises"]} == {"未作答"}
+    else:
+        assert "疑似伪造" in r["error"]
+
+
+def test_honest_classmates_are_unaffected(hostile_class):
+    by = hostile_class["by"]
+    assert _passed(by["全对"]) == {"count_pairs": True, "merge_pair": True}
+    assert _passed(by["空白"]) == {"count_pairs": False, "merge_pair": False}
+    assert {e["status"] for e in by["空白"]["exercises"]} == {"未作答"}
+
+
+def test_nothing_outside_the_scratch_copy_changed(hostile_class):
+    d = hostile_class["d"]
+    after = {p.name: p.read_bytes() for p in d.iterdir()}
+    assert after == hostile_class["before_files"]
+    assert _tree_digest(ROOT) == hostile_class["before_repo"]
+    assert not (d.parent / "outside.txt").exists()
+    assert not Path(f"/tmp/gptcourse-hostile-{MARKER}").exists()
+
+
+def test_no_process_left_behind_and_batch_time_bounded(hostile_class):
+    assert _survivors() == []
+    # 15 份作业、2 个并行：最慢的一份（A3）到时限被杀；其余每份几秒
+    assert hostile_class["wall"] < TIMEOUT + 3 * hostile_class["n"]
+
+
+def test_sanitize_keeps_definitions_and_drops_statements():
+    src = ("import math\nimport gptcourse.check._common as c\nimport os as math2\n"
+           "V = 3000\nhidden = 64 * math.ceil(8 * V / 3 / 64)\nc._record('x', True, '正确')\n"
+           "@torch.no_grad()\ndef f(x, y=2):\n    return x\n"
+           "@(lambda g: c._record('x', True, '正确'))\ndef g():\n    pass\n"
+           "def h(x=print('side effect')):\n    pass\n"
+           "class M(nn.Module):\n    n = 3\n    def forward(self, x):\n        return x\n"
+           "class Meta(object, metaclass=type):\n    pass\n"
+           "for i in range(3):\n    pass\nimport torch as nn\nW = 1; c._record('x', True, '')\n")
+    text, names, dropped, error = sanitize(src)
+    assert error is None
+    assert names == ["math", "math2", "V", "hidden", "f", "M", "W"]
+    assert dropped == 8
+    assert "_record" not in text and "print" not in text and "metaclass" not in text
+    assert "@torch.no_grad()\ndef f(x, y=2):" in text                 # 装饰器保留
+    assert sanitize("def f(:\n")[3].startswith("第 1 行语法错误")
+
+
+def test_messages_come_from_the_checker_format():
+    assert clean_message(True, "root:x:0:0") == "正确"
+    assert clean_message(False, "root:x:0:0:root:/root:/bin/bash") == "还不对"
+    assert clean_message(False, "还没完成：写 count_pairs") == "还没完成：写 count_pairs"
+    assert clean_message(False, "还不对：" + "长" * 1000).endswith("…")
+    assert len(clean_message(False, "还不对：" + "长" * 1000)) < 310
+
+
+def test_classmates_folder_is_hidden_inside_the_repo():
+    """作业放在仓库里时，沙箱里那个目录换成空目录（看不到同学的作业）。"""
+    hw = ROOT / "作业"
+    cmd = sandbox.bwrap_command(["true"], Path("/tmp/scratch"), hide=[hw, ROOT])
+    i = cmd.index("--tmpfs", cmd.index("--ro-bind"))
+    assert cmd[i + 1] == str(hw.resolve())
+    assert str(ROOT) not in [cmd[j + 1] for j, a in enumerate(cmd) if a == "--tmpfs"]
+    assert cmd[cmd.index("--uid") + 1] == "65534" and "--unshare-all" in cmd
