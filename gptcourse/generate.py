@@ -163,11 +163,14 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
     rules = _Rules(params, cons, torch.tensor([] if unk is None else [unk], dtype=torch.long,
                                               device=device), eos, bs)
     L0 = min(r.n_prompt for r in rows)
-    seq = torch.tensor([r.ids[:L0] for r in rows], dtype=torch.long, device=device)  # [B, L0]
+    total = max(r.n_prompt for r in rows) + max_new_tokens        # 最长可能的序列
+    buf = torch.empty(len(rows), total, dtype=torch.long, device=device)   # 预先分配 [B, 最长]
+    buf[:, :L0] = torch.tensor([r.ids[:L0] for r in rows], dtype=torch.long)
     cache = model.new_cache() if use_cache else None
+    t = L0
     with eval_mode(model):
         while True:
-            t = seq.shape[1]
+            seq = buf[:, :t]                                                      # [B, t]
             for r in rows:
                 if t >= r.n_prompt and (r.produced >= max_new_tokens
                                         or (r.produced > 0 and r.ids[-1] == eos)):
@@ -196,7 +199,8 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
                 r.ids.append(nxt)
                 r.produced += 1
                 step[i] = out[i] = nxt
-            seq = torch.cat([seq, torch.tensor(step, device=device)[:, None]], dim=1)  # [B, t+1]
+            buf[:, t] = torch.tensor(step)                                        # 第 t 列
+            t += 1
             yield out
 
 

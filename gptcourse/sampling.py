@@ -219,10 +219,11 @@ def _filtered_probs(logits, temperature, top_k, top_p) -> torch.Tensor | None:
 
 def sample_with(logits: torch.Tensor, params: SamplingParams,
                 generators: list[torch.Generator | None]) -> torch.Tensor:
-    """解码循环用：logits [B, V] 按已检查过的 ``params`` 选词 → [B]；第 i 行用 generators[i]。"""
-    probs = _filtered_probs(logits, params.temperature, params.top_k, params.top_p)
-    if probs is None:
+    """解码循环用：logits [B, V] 按已检查过的 ``params`` 选词 → [B]；第 i 行用 generators[i]。
+    贪心时直接 argmax（每行至少有一个可选词元由调用方保证，不再逐步检查）。"""
+    if params.temperature == 0:
         return logits.argmax(-1)
+    probs = _filtered_probs(logits, params.temperature, params.top_k, params.top_p)
     if all(g is None for g in generators):
         return torch.multinomial(probs, 1).squeeze(-1)
     return torch.cat([torch.multinomial(p, 1, generator=g)
