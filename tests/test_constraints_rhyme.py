@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 import gptcourse as gc
-from gptcourse.acceptance import sample_poems
+from gptcourse.generate import sample_poems
 from gptcourse.constraints import VerseConstraint
 from gptcourse.generate import generate
 from gptcourse.tokenizer import CharTokenizer
