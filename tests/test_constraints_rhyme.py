@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 import gptcourse as gc
+from gptcourse import cli
 from gptcourse.generate import sample_poems
 from gptcourse.constraints import VerseConstraint
 from gptcourse.generate import generate
@@ -78,6 +79,6 @@ def test_rhyme_group_missing_from_the_vocabulary_is_an_error():   # R17：不再
 
 
 def test_cli_rejects_an_empty_rhyme_group(capsys):                 # R4：命令行 --rhyme-group ''
-    assert gc.cli.main(["generate", "--rhyme-group", "", "--form", "五绝", "--seed", "0"]) == 2
+    assert cli.main(["generate", "--rhyme-group", "", "--form", "五绝", "--seed", "0"]) == 2
     err = capsys.readouterr().err
     assert "未知的平声韵部 ''" in err and "Traceback" not in err

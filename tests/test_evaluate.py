@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 import gptcourse as gc
+from gptcourse import cli
 from gptcourse.acceptance import (Check, SubstringIndex, acceptance_checks, acceptance_table,
                                   copied_line_rate, distinct_n, repetition_rate, train_lines)
 from gptcourse.evaluate import (NGramCounts, baselines, loss_by_position, metrics_from_loss,
@@ -308,7 +309,7 @@ def test_cli_eval_on_a_tiny_checkpoint(tmp_path, capsys):
     model = gc.model.GPT(gc.config.preset("mini", vocab_size=tok.vocab_size, block_size=32,
                                           n_layer=1, n_head=2, n_embd=32))
     path = gc.checkpoint.save(tmp_path / "tiny.pt", model, tok, step=3)
-    rc = gc.cli.main(["eval", "--checkpoint", str(path), "--corpus", "tang_5jue",
+    rc = cli.main(["eval", "--checkpoint", str(path), "--corpus", "tang_5jue",
                       "--samples", "4", "--seed", "1"])
     out = capsys.readouterr().out
     assert rc == 1                                           # 没训练过的模型必须不放行
@@ -319,5 +320,5 @@ def test_cli_eval_on_a_tiny_checkpoint(tmp_path, capsys):
     val = float(model_row.split()[1])
     assert val == pytest.approx(split_loss(model, tok, corpus.val), abs=1e-4)
     assert val > 0.9 * math.log(tok.vocab_size)              # 随机初始化 ≈ ln V
-    assert gc.cli.main(["eval", "--checkpoint", str(tmp_path / "nope.pt")]) == 2
+    assert cli.main(["eval", "--checkpoint", str(tmp_path / "nope.pt")]) == 2
     assert "找不到" in capsys.readouterr().err

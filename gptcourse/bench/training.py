@@ -31,43 +31,6 @@ from .machine import limits, machine_info, matmul_ceiling
 EVAL_EVERY, EVAL_BATCHES = 250, 10           # 发布配方的评估频率（见 docs/benchmarks.md）
 
 
-_BF16_CACHE: dict[str, bool] = {}
-
-
-def bf16_is_faster(device: torch.device | str = "cpu") -> bool:
-    """实测（演示用）：一个小模型的前向+反向，bf16 autocast 是否比 fp32 快 10% 以上。
-
-    训练不用它决定 bf16（计时会受机器负载影响，同一条命令可能得到不同答案），
-    训练用的是只看硬件能力的 :func:`gptcourse.precision.bf16_decision`。
-    """
-    device = torch.device(device)
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type != "cpu":
-        return False
-    if "cpu" not in _BF16_CACHE:
-        with torch.random.fork_rng():
-            torch.manual_seed(0)
-            model = GPT(preset("teacher", vocab_size=512, block_size=64, n_layer=2))
-            x = torch.randint(512, (8, 64))
-
-            def timed(enabled: bool) -> float:
-                best = float("inf")
-                for _ in range(3):
-                    t0 = time.perf_counter()
-                    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=enabled):
-                        _, loss = model(x, x)
-                    loss.backward()
-                    best = min(best, time.perf_counter() - t0)
-                return best
-            try:
-                timed(True)                                        # 预热；不支持时会在这里报错
-                _BF16_CACHE["cpu"] = timed(True) < 0.9 * timed(False)
-            except RuntimeError:
-                _BF16_CACHE["cpu"] = False
-    return _BF16_CACHE["cpu"]
-
-
 # ---------------------------------------------------------------- 参照：朴素的 nanoGPT 式循环
 def reference_loop(model: GPT, data: torch.Tensor, B: int, T: int, steps: int,
                    first_step: int = 0) -> float:
