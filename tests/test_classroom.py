@@ -74,7 +74,8 @@ def test_student_edition_keeps_everything_else():
     nb.cells[3].outputs = [nbformat.v4.new_output("stream", text="正确 ✓\n")]
     nb.cells[3].execution_count = 3
     st = student_notebook(nb)
-    assert len(st.cells) == len(nb.cells) - 1                      # show_solution 那格删掉
+    assert len(st.cells) == len(nb.cells)             # show_solution 那格删掉，末尾加“怎样提交”
+    assert st.cells[-1].source.startswith("## 怎样提交")
     assert all("show_solution" not in c.source for c in st.cells)
     assert all(not c.get("outputs") and c.get("execution_count") is None
                for c in st.cells if c.cell_type == "code")

@@ -13,6 +13,7 @@ import inspect
 import os
 import re
 import textwrap
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -132,10 +133,49 @@ def test_student_edition_runs_to_the_end(path, editions, monkeypatch):
               for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert errors == [], f"学生版里出错的单元格：{errors}"
     checks = [(i, c) for i, c in enumerate(student.cells) if c.cell_type == "code"
-              and c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "").endswith("-check")]
+              and c.get("metadata", {}).get("nbgrader", {}).get("grade")]      # 评分单元格
     assert len(checks) >= 8
     for i, cell in checks:
         assert _outputs(cell).count("还没完成") == 1, (i, cell.source, _outputs(cell))
     text = "".join(_outputs(c) for c in student.cells)
     notes = re.findall(r"^(练习\S*(?: \S+)?) 还没完成：下面先用", text, flags=re.M)
     assert len(notes) == len(set(notes)), notes
+
+
+# ---------------------------------------------------------------- --out 不能覆盖教师版
+def _digest(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.ipynb"))}
+
+
+@pytest.mark.parametrize("command", ["student", "site"])
+def test_out_that_contains_the_teacher_notebooks_is_refused(command, capsys):
+    from gptcourse.classroom.__main__ import main
+
+    before = _digest(ROOT / "notebooks")
+    for out in (ROOT / "notebooks", ROOT):
+        assert main([command, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "包含输入的笔记本" in err, err
+    assert _digest(ROOT / "notebooks") == before
+    assert not (ROOT / "index.html").exists()
+
+
+def test_existing_output_files_are_not_overwritten(tmp_path, capsys):
+    from gptcourse.classroom.__main__ import main
+
+    assert main(["student", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    first = _digest(tmp_path)
+    (tmp_path / "01_data_tokenizer.ipynb").write_text("我改过的作业", encoding="utf-8")
+    assert main(["student", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "已经有 5 个要写的文件" in err and "--force" in err
+    assert (tmp_path / "01_data_tokenizer.ipynb").read_text(encoding="utf-8") == "我改过的作业"
+    assert main(["student", "--out", str(tmp_path), "--force"]) == 0
+    assert _digest(tmp_path) == first
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("旧的主页", encoding="utf-8")
+    assert main(["site", "--out", str(site)]) == 2
+    assert "已经有 1 个要写的文件" in capsys.readouterr().err
+    assert (site / "index.html").read_text(encoding="utf-8") == "旧的主页"

@@ -136,7 +136,7 @@ def student_notebook(nb: nbformat.NotebookNode, name: str = "笔记本",
         if "show_solution" in cell.source:
             raise AuthoringError(f"{where}：学生版里还提到 show_solution")
         cells.append(cell)
-    cells.append(nbformat.v4.new_markdown_cell(HOW_TO_SUBMIT))
+    cells.append(nbformat.v4.new_markdown_cell(HOW_TO_SUBMIT, id="how-to-submit"))  # 固定 id
     nb.cells = cells
     return nb
 
