@@ -179,3 +179,26 @@ def test_existing_output_files_are_not_overwritten(tmp_path, capsys):
     assert main(["site", "--out", str(site)]) == 2
     assert "已经有 1 个要写的文件" in capsys.readouterr().err
     assert (site / "index.html").read_text(encoding="utf-8") == "旧的主页"
+
+
+@pytest.mark.slow
+def test_student_site_has_no_solution_code_and_no_checker_results(tmp_path, editions):
+    """``site --edition student``（约 20 秒）：网页上没有答案块、没有 solution_* 的代码、
+    没有检查器的“正确 ✓”；给定的代码和图照样在。"""
+    import html
+
+    from gptcourse.classroom.site import build_site
+
+    build_site(tmp_path, edition="student")
+    for path in NOTEBOOKS:
+        page = (tmp_path / f"{path.stem}.html").read_text(encoding="utf-8")
+        text = "\n".join(_significant(html.unescape(re.sub(r"<[^>]+>", "", page)).split("\n")))
+        teacher, _ = editions[path.name]
+        leaked = [b for b in _solution_blocks(teacher) if _contains(text, b)]
+        assert not leaked, (path.name, leaked[:3])
+        given = GIVEN_IN_TEXT.get(path.name, set())
+        assert not [k for k, body in _solution_bodies().items()
+                    if len(body) >= 2 and _contains(text, body) and k not in given]
+        assert "正确 ✓\n" not in html.unescape(re.sub(r"<[^>]+>", "", page)), path.name
+        assert "show_solution" not in page and "NBVAL_CHECK_OUTPUT" not in page
+        assert "raise NotImplementedError" in text and "<img" in page      # 存根在，图也在
