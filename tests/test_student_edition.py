@@ -18,6 +18,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
+import gptcourse as gc
+
 from gptcourse.classroom.student import BEGIN, END, HOW_TO_SUBMIT, student_notebook
 from gptcourse.runtime import ROOT
 
@@ -138,8 +140,62 @@ def test_student_edition_runs_to_the_end(path, editions, monkeypatch):
     for i, cell in checks:
         assert _outputs(cell).count("还没完成") == 1, (i, cell.source, _outputs(cell))
     text = "".join(_outputs(c) for c in student.cells)
+    assert "还没完成：还没完成" not in text
     notes = re.findall(r"^(练习\S*(?: \S+)?) 还没完成：下面先用", text, flags=re.M)
     assert len(notes) == len(set(notes)), notes
+
+
+# ---------------------------------------------------------------- mine / ready：存根时先用包里的
+def _stub(ids):
+    raise NotImplementedError("还没完成：数相邻的一对")
+
+
+def _done(ids):
+    return {"mine": len(ids)}
+
+
+def _calls_stub(ids):                               # 写完了，但调用了另一个还没写的练习
+    return _stub(ids)
+
+
+def test_mine_falls_back_once_and_ready_skips_the_proof(capsys):
+    from gptcourse.check import _common
+
+    _common._NOTED.discard("练习 甲")
+    fallback = gc.bpe.get_stats
+    got = gc.check.mine(_stub, fallback=fallback, label="练习 甲")
+    assert got([1, 2, 1, 2]) == {(1, 2): 2, (2, 1): 1}
+    assert capsys.readouterr().out == "练习 甲 还没完成：下面先用 gc.bpe.get_stats 代替\n"
+    gc.check.mine(_stub, fallback=fallback, label="练习 甲")([1])
+    assert capsys.readouterr().out == ""                               # 只说一次
+    assert gc.check.ready("练习 甲", got) is False                    # 代替品不能拿来证明
+    assert "练习 甲 还没完成：这一格的证明先跳过" in capsys.readouterr().out
+    assert gc.check.mine(_done, fallback=fallback, label="练习 乙")([1, 2]) == {"mine": 2}
+    assert gc.check.ready("练习 乙", _done) is True and capsys.readouterr().out == ""
+    _common._NOTED.discard("练习 丙")
+    dynamic = gc.check.mine(_calls_stub, fallback=fallback, label="练习 丙")
+    assert dynamic([3, 3]) == {(3, 3): 1} and "练习 丙 还没完成" in capsys.readouterr().out
+    assert gc.check.ready("练习 丙", dynamic) is False
+    assert gc.check.ready("练习 丁", None) is False                    # 顶层答案还是 None
+
+
+def test_is_stub_sees_classes_and_decorated_functions():
+    import torch
+
+    class Stubbed:
+        def forward(self, x):
+            raise NotImplementedError("还没完成：嵌入 → 各块")
+
+    class Written:
+        def forward(self, x):
+            if x is None:
+                raise NotImplementedError("别的情况")          # 不是学生版的存根
+            return x
+
+    assert gc.check.is_stub(Stubbed) and not gc.check.is_stub(Written)
+    assert gc.check.is_stub(torch.no_grad()(_stub)) and not gc.check.is_stub(torch.no_grad()(_done))
+    standin = gc.check.mine(Stubbed, fallback=Written, label="练习 戊")
+    assert issubclass(standin, Written) and gc.check.is_stub(standin())
 
 
 # ---------------------------------------------------------------- --out 不能覆盖教师版
