@@ -13,9 +13,12 @@ import inspect
 import os
 import re
 import textwrap
+from pathlib import Path
 
 import nbformat
 import pytest
+
+import gptcourse as gc
 
 from gptcourse.classroom.student import BEGIN, END, HOW_TO_SUBMIT, student_notebook
 from gptcourse.runtime import ROOT
@@ -132,10 +135,126 @@ def test_student_edition_runs_to_the_end(path, editions, monkeypatch):
               for o in c.get("outputs", []) if o.get("output_type") == "error"]
     assert errors == [], f"学生版里出错的单元格：{errors}"
     checks = [(i, c) for i, c in enumerate(student.cells) if c.cell_type == "code"
-              and c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "").endswith("-check")]
+              and c.get("metadata", {}).get("nbgrader", {}).get("grade")]      # 评分单元格
     assert len(checks) >= 8
     for i, cell in checks:
         assert _outputs(cell).count("还没完成") == 1, (i, cell.source, _outputs(cell))
     text = "".join(_outputs(c) for c in student.cells)
+    assert "还没完成：还没完成" not in text
     notes = re.findall(r"^(练习\S*(?: \S+)?) 还没完成：下面先用", text, flags=re.M)
     assert len(notes) == len(set(notes)), notes
+
+
+# ---------------------------------------------------------------- mine / ready：存根时先用包里的
+def _stub(ids):
+    raise NotImplementedError("还没完成：数相邻的一对")
+
+
+def _done(ids):
+    return {"mine": len(ids)}
+
+
+def _calls_stub(ids):                               # 写完了，但调用了另一个还没写的练习
+    return _stub(ids)
+
+
+def test_mine_falls_back_once_and_ready_skips_the_proof(capsys):
+    from gptcourse.check import _common
+
+    _common._NOTED.discard("练习 甲")
+    fallback = gc.bpe.get_stats
+    got = gc.check.mine(_stub, fallback=fallback, label="练习 甲")
+    assert got([1, 2, 1, 2]) == {(1, 2): 2, (2, 1): 1}
+    assert capsys.readouterr().out == "练习 甲 还没完成：下面先用 gc.bpe.get_stats 代替\n"
+    gc.check.mine(_stub, fallback=fallback, label="练习 甲")([1])
+    assert capsys.readouterr().out == ""                               # 只说一次
+    assert gc.check.ready("练习 甲", got) is False                    # 代替品不能拿来证明
+    assert "练习 甲 还没完成：这一格的证明先跳过" in capsys.readouterr().out
+    assert gc.check.mine(_done, fallback=fallback, label="练习 乙")([1, 2]) == {"mine": 2}
+    assert gc.check.ready("练习 乙", _done) is True and capsys.readouterr().out == ""
+    _common._NOTED.discard("练习 丙")
+    dynamic = gc.check.mine(_calls_stub, fallback=fallback, label="练习 丙")
+    assert dynamic([3, 3]) == {(3, 3): 1} and "练习 丙 还没完成" in capsys.readouterr().out
+    assert gc.check.ready("练习 丙", dynamic) is False
+    assert gc.check.ready("练习 丁", None) is False                    # 顶层答案还是 None
+
+
+def test_is_stub_sees_classes_and_decorated_functions():
+    import torch
+
+    class Stubbed:
+        def forward(self, x):
+            raise NotImplementedError("还没完成：嵌入 → 各块")
+
+    class Written:
+        def forward(self, x):
+            if x is None:
+                raise NotImplementedError("别的情况")          # 不是学生版的存根
+            return x
+
+    assert gc.check.is_stub(Stubbed) and not gc.check.is_stub(Written)
+    assert gc.check.is_stub(torch.no_grad()(_stub)) and not gc.check.is_stub(torch.no_grad()(_done))
+    standin = gc.check.mine(Stubbed, fallback=Written, label="练习 戊")
+    assert issubclass(standin, Written) and gc.check.is_stub(standin())
+
+
+# ---------------------------------------------------------------- --out 不能覆盖教师版
+def _digest(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.glob("*.ipynb"))}
+
+
+@pytest.mark.parametrize("command", ["student", "site"])
+def test_out_that_contains_the_teacher_notebooks_is_refused(command, capsys):
+    from gptcourse.classroom.__main__ import main
+
+    before = _digest(ROOT / "notebooks")
+    for out in (ROOT / "notebooks", ROOT):
+        assert main([command, "--out", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "包含输入的笔记本" in err, err
+    assert _digest(ROOT / "notebooks") == before
+    assert not (ROOT / "index.html").exists()
+
+
+def test_existing_output_files_are_not_overwritten(tmp_path, capsys):
+    from gptcourse.classroom.__main__ import main
+
+    assert main(["student", "--out", str(tmp_path)]) == 0
+    capsys.readouterr()
+    first = _digest(tmp_path)
+    (tmp_path / "01_data_tokenizer.ipynb").write_text("我改过的作业", encoding="utf-8")
+    assert main(["student", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "已经有 5 个要写的文件" in err and "--force" in err
+    assert (tmp_path / "01_data_tokenizer.ipynb").read_text(encoding="utf-8") == "我改过的作业"
+    assert main(["student", "--out", str(tmp_path), "--force"]) == 0
+    assert _digest(tmp_path) == first
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "index.html").write_text("旧的主页", encoding="utf-8")
+    assert main(["site", "--out", str(site)]) == 2
+    assert "已经有 1 个要写的文件" in capsys.readouterr().err
+    assert (site / "index.html").read_text(encoding="utf-8") == "旧的主页"
+
+
+@pytest.mark.slow
+def test_student_site_has_no_solution_code_and_no_checker_results(tmp_path, editions):
+    """``site --edition student``（约 20 秒）：网页上没有答案块、没有 solution_* 的代码、
+    没有检查器的“正确 ✓”；给定的代码和图照样在。"""
+    import html
+
+    from gptcourse.classroom.site import build_site
+
+    build_site(tmp_path, edition="student")
+    for path in NOTEBOOKS:
+        page = (tmp_path / f"{path.stem}.html").read_text(encoding="utf-8")
+        text = "\n".join(_significant(html.unescape(re.sub(r"<[^>]+>", "", page)).split("\n")))
+        teacher, _ = editions[path.name]
+        leaked = [b for b in _solution_blocks(teacher) if _contains(text, b)]
+        assert not leaked, (path.name, leaked[:3])
+        given = GIVEN_IN_TEXT.get(path.name, set())
+        assert not [k for k, body in _solution_bodies().items()
+                    if len(body) >= 2 and _contains(text, body) and k not in given]
+        assert "正确 ✓\n" not in html.unescape(re.sub(r"<[^>]+>", "", page)), path.name
+        assert "show_solution" not in page and "NBVAL_CHECK_OUTPUT" not in page
+        assert "raise NotImplementedError" in text and "<img" in page      # 存根在，图也在

@@ -102,24 +102,26 @@ def _drop_show_solution_text(src: str, where: str) -> str:
     return "\n".join(x for x in src.split("\n") if "show_solution" not in x)
 
 
-def _is_exercise_cell(cell: nbformat.NotebookNode) -> bool:
-    """练习单元格（含答案）或检查单元格（nbgrader 的 grade_id 以 -check 结尾）。"""
-    grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-    return has_solution(cell.source) or grade_id.endswith("-check")
+def _shows_answers(cell: nbformat.NotebookNode) -> bool:
+    """练习单元格（含答案）、评分单元格（nbgrader 的 grade），或输出里有检查器的“正确 ✓”
+    （例如章末的汇总表）：学生版网站去掉这些单元格的输出。"""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+    return has_solution(cell.source) or bool(meta.get("grade")) or "正确 ✓" in text
 
 
 def student_notebook(nb: nbformat.NotebookNode, name: str = "笔记本",
                      keep_outputs: bool = False) -> nbformat.NotebookNode:
     """返回学生版（不改动传入的笔记本）。
 
-    ``keep_outputs=True``（学生版网站用）：练习与检查单元格的输出照样清空，其余单元格保留
-    教师版的输出，让只读的网页仍有图和结果。"""
+    ``keep_outputs=True``（学生版网站用）：练习、检查与汇总单元格的输出照样清空，其余单元格
+    保留教师版的输出，让只读的网页仍有图和结果。"""
     nb = copy.deepcopy(nb)
     cells = []
     for idx, cell in enumerate(nb.cells):
         where = f"{name} 第 {idx + 1} 个单元格"
         if cell.cell_type == "code":
-            clear = not keep_outputs or _is_exercise_cell(cell)
+            clear = not keep_outputs or _shows_answers(cell)
             src = stub_source(cell.source, where)
             kept = [x for x in src.split("\n")
                     if not SHOW_SOLUTION.match(x) and x.strip() != NBVAL_MARK]
@@ -136,7 +138,7 @@ def student_notebook(nb: nbformat.NotebookNode, name: str = "笔记本",
         if "show_solution" in cell.source:
             raise AuthoringError(f"{where}：学生版里还提到 show_solution")
         cells.append(cell)
-    cells.append(nbformat.v4.new_markdown_cell(HOW_TO_SUBMIT))
+    cells.append(nbformat.v4.new_markdown_cell(HOW_TO_SUBMIT, id="how-to-submit"))  # 固定 id
     nb.cells = cells
     return nb
 

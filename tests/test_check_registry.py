@@ -1,0 +1,164 @@
+"""检查器的登记表：每个练习都有检查器、参考答案和笔记本里的评分单元格；键带章节；
+包里自己的函数交上去也必须通过检查（参考答案是包的一份拷贝，拷贝不能走样）。"""
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import replace
+
+import nbformat
+import pytest
+import torch
+import torch.nn.functional as F
+
+import gptcourse as gc
+from gptcourse.check import _common
+from gptcourse.runtime import ROOT
+
+CHAPTERS = ("nb01", "nb02", "nb03", "nb04", "nb05")
+
+
+def _notebook(chapter: str) -> nbformat.NotebookNode:
+    path = next((ROOT / "notebooks").glob(f"{chapter[2:]}_*.ipynb"))
+    return nbformat.read(path, as_version=4)
+
+
+def _grade_ids(chapter: str) -> dict[str, str]:
+    """评分单元格：grade_id（nbXX-<练习>-check，练习名里的 - 当作 _）→ 单元格源码。"""
+    out = {}
+    for cell in _notebook(chapter).cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        m = re.fullmatch(rf"{chapter}-(.+)-check", meta.get("grade_id", ""))
+        if m and meta.get("grade"):                         # 评分单元格（答案单元格 grade=False）
+            out[m.group(1).replace("-", "_")] = cell.source
+    return out
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_exercise_has_a_checker_a_solution_and_a_grade_id(chapter):
+    mod = importlib.import_module(f"gptcourse.check.{chapter}")
+    checks = _grade_ids(chapter)
+    assert len(mod.EXERCISES) >= 8 and len(set(mod.EXERCISES)) == len(mod.EXERCISES)
+    for name in mod.EXERCISES:
+        checker = getattr(mod, name)
+        assert checker.is_exercise and checker.key == f"{chapter}.{name}", name
+        assert name in mod.SOLUTIONS, f"{chapter}.{name} 没有参考答案"
+        assert _common.SOLUTIONS[f"{chapter}.{name}"] is mod.SOLUTIONS[name]
+        assert name in checks, f"{chapter}.{name} 在笔记本里没有评分单元格"
+        assert re.search(rf"\b{name}\(", checks[name]), (name, checks[name])
+    assert set(checks) == set(mod.EXERCISES), set(checks) ^ set(mod.EXERCISES)
+    assert set(mod.SOLUTIONS) == set(mod.EXERCISES)
+
+
+def test_keys_are_chapter_qualified_so_guess_offset_is_two_exercises(capsys):
+    assert _common.SOLUTIONS["nb02.guess_offset"]() == 5
+    assert _common.SOLUTIONS["nb05.guess_offset"]() == "B"
+    gc.check.nb02.guess_offset(5)
+    gc.check.nb05.guess_offset("A")
+    assert _common.RESULTS["nb02.guess_offset"]["passed"] is True
+    assert _common.RESULTS["nb05.guess_offset"]["passed"] is False
+    both = [r for r in _common.results() if r["exercise"] == "guess_offset"]
+    assert {r["chapter"] for r in both} == {"nb02", "nb05"}
+    assert all(set(r) == {"key", "chapter", "exercise", "passed", "message"} for r in both)
+    gc.check.show_solution("nb05.guess_offset")
+    assert 'return "B"' in capsys.readouterr().out
+    with pytest.raises(ValueError, match="nb02.guess_offset"):
+        gc.check.show_solution("guess_offset")
+
+
+def test_one_letter_judge_for_every_chapter(capsys):
+    for checker in (gc.check.nb01.guess_leak, gc.check.nb02.guess_norm, gc.check.nb04.guess_ledger,
+                    gc.check.nb05.guess_frequency):
+        assert checker("Z") is False
+        assert "请填一个选项字母" in capsys.readouterr().out
+    assert gc.check.nb03.predict_init_loss("(c)", 8.8, 6436) is True
+    assert _common.choice(" b ", "B", "ABC") is True
+    assert _common.choice("A", "B", {"A": "变小", "B": "变大"}) is False
+    assert "你猜的是 A（变小），实验给出的是 B（变大）" in capsys.readouterr().out
+
+
+def _tok_vocab(text):
+    tok = gc.tokenizer.CharTokenizer.from_text(text)
+    itos = tok.itos[1:]                                     # 去掉 id 0 的 <unk>
+    return {c: i for i, c in enumerate(itos)}, itos
+
+
+def _bpe(merges):
+    return gc.bpe.BPETokenizer(merges=merges)
+
+
+# 包里的函数（或由包的函数直接拼出的答案）：交上去必须通过对应的检查器
+PACKAGE = {
+    "nb01.build_vocab": lambda: (_tok_vocab,),
+    "nb01.count_pairs": lambda: (gc.bpe.get_stats,),
+    "nb01.merge_pair": lambda: (gc.bpe.merge,),
+    "nb01.bpe_train": lambda: (lambda t, v: gc.bpe.BPETokenizer.train(t, vocab_size=v).merges,),
+    "nb01.bpe_encode": lambda: (lambda t, m: _bpe(m).encode(t),),
+    "nb01.bpe_decode": lambda: (lambda ids, m: _bpe(m).decode(ids),),
+    "nb01.near_duplicate": lambda: (
+        lambda a, b: gc.data.near_duplicate_groups([a, b]) == [[0, 1]],),
+    "nb02.scaled_attention": lambda: (
+        lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),),
+    "nb02.layernorm": lambda: (lambda x, eps=1e-5: F.layer_norm(x, x.shape[-1:], eps=eps),),
+    "nb02.gpt_block": lambda: (gc.model.Block,),
+    "nb02.leaky_model": lambda: (gc.check.nb02.solution_make_leaky, _learner_model()),
+    "nb03.lr_schedule": lambda: (gc.train.lr_at,),
+    "nb03.param_groups": lambda: (gc.train.param_groups,),
+    "nb03.estimate_loss": lambda: (gc.train.estimate_loss,),
+    "nb03.training_loop": lambda: (lambda m, d, v, cfg: gc.train.train(m, d, v, cfg),),
+    "nb04.future_leak_test": lambda: (lambda m: gc.mistakes.leak_test(m) > 1e-5,),
+    "nb05.top_p": lambda: (gc.sampling.top_p_filter,),
+    "nb05.repetition_penalty": lambda: (gc.sampling.apply_repetition_penalty,),
+    "nb05.decode_loop": lambda: (
+        lambda model, tok, prompt="", max_new_tokens=60, temperature=0.0, seed=None:
+        gc.generate.generate(model, tok, prompt, max_new_tokens=max_new_tokens,
+                             temperature=temperature, seed=seed, use_cache=False),),
+}
+
+
+def _learner_model():
+    """一个通过泄漏测试的模型（leaky_model 的第二个参数）：学员的 GPT 只返回 logits。"""
+    cfg = replace(gc.check.nb02._CFGS[0], attention="manual")   # 手写路径才读掩码 buffer
+    torch.manual_seed(0)
+    ref = gc.model.GPT(cfg).eval()
+
+    class LogitsOnly(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model, self.tok_emb, self.blocks = ref, ref.tok_emb, ref.blocks
+
+        def forward(self, idx):
+            return self.model(idx)[0]
+
+    return LogitsOnly().eval()
+
+
+@pytest.mark.parametrize("key", sorted(PACKAGE))
+def test_the_packages_own_function_passes_the_checker(key, passes):
+    chapter, name = key.split(".")
+    checker = getattr(importlib.import_module(f"gptcourse.check.{chapter}"), name)
+    ok, out = passes(checker, *PACKAGE[key]())
+    assert ok, out
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_every_reference_solution_passes_its_checker(chapter, passes):
+    """参考答案（solution_*）本身必须通过：预测题的答案是一个值，需要测量的题给一组测量值。"""
+    mod = importlib.import_module(f"gptcourse.check.{chapter}")
+    measured = {"predict_init_loss": (8.8, 6436), "predict_bf16_gap": (0.0004, 0.25),
+                "predict_overfit": ({"evals": [{"val": 6.5}, {"val": 6.0}, {"val": 6.6}]},),
+                "predict_windows": (5.9, 5.5)}
+    for name in mod.EXERCISES:
+        ref = mod.SOLUTIONS[name]
+        if name == "leaky_model":
+            args = (ref, _learner_model())
+        elif name in ("gpt_block", "gpt_model"):
+            continue                  # 一个方法，不是类：test_check_nb02 把它装进类里测
+        elif isinstance(ref, tuple):
+            args = ref
+        elif name.startswith(("guess_", "predict_")) or name == "param_count":
+            args = (ref(), *measured.get(name, ()))
+        else:
+            args = (ref,)
+        ok, out = passes(getattr(mod, name), *args)
+        assert ok, (name, out)
