@@ -13,10 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# 诗体与断句的规则只有一套，在 verse 里；poem_form / split_lines 在这里也能用（笔记本 04、测试）
 from .errors import UserError
-from .verse import (is_hanzi, is_valid_form, poem_form, rates, repeated_rhyme_rate,  # noqa: F401
-                    split_lines)
+from .verse import is_hanzi, is_valid_form, rates, repeated_rhyme_rate, split_lines
 
 
 # ---------------------------------------------------------------- 新颖度

@@ -40,7 +40,6 @@ import torch
 from .errors import UserError
 from .verse import (BOTH, COMMA, FORMS, PERIOD, PING, PUNCT, ZE, RhymeGroupError, end_marks,
                     group_names, is_hanzi, ping_groups, resolve_group, tone, tone_positions)
-from .verse import check_form  # noqa: F401  旧的导入位置（笔记本 05、测试）仍然可用
 
 _OPPOSITE = {PING: ZE, ZE: PING}
 

@@ -16,7 +16,7 @@ import torch
 
 from gptcourse import checkpoint
 from gptcourse.config import preset
-from gptcourse.constraints import check_form
+from gptcourse.verse import check_form
 from gptcourse.data import load_corpus
 from gptcourse.model import GPT
 from gptcourse.serve import make_server

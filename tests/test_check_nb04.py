@@ -8,7 +8,8 @@ import torch
 import torch.nn.functional as F
 
 import gptcourse as gc
-from gptcourse.acceptance import distinct_n, poem_form
+from gptcourse.acceptance import distinct_n
+from gptcourse.verse import poem_form
 from gptcourse.check import nb04
 
 

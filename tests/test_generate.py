@@ -8,7 +8,8 @@ import torch
 
 from gptcourse import checkpoint, cli
 from gptcourse.config import preset
-from gptcourse.constraints import FORMS, VerseConstraint, check_form
+from gptcourse.constraints import VerseConstraint
+from gptcourse.verse import FORMS, check_form
 from gptcourse.verse import analyze, group_chars, tone
 from gptcourse.data import load_corpus
 from gptcourse.generate import generate, generate_batch, next_token_probs, stream_tokens

@@ -17,7 +17,7 @@ import torch
 
 from gptcourse import serve
 from gptcourse.config import preset
-from gptcourse.constraints import check_form
+from gptcourse.verse import check_form
 from gptcourse.data import load_corpus
 from gptcourse.generate import generate
 from gptcourse.model import GPT

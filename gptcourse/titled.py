@@ -1,0 +1,99 @@
+"""以题作诗：模型读到题目，再写正文。
+
+格式只有一个定义：一首带题目的诗写成 ``《题》正文``，和别的诗一样前面有换行符、后面以换行符结束::
+
+    \\n《春晓》春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\\n
+
+- **只在正文上算损失**：题目（连同书名号）是给模型的条件，不是要它写的东西。训练目标里题目那几个
+  位置记为 −1（``F.cross_entropy(ignore_index=-1)`` 跳过它们），见 :func:`encode`。
+- **没见过的题目**：验证集、测试集里只留题目在训练集里从没出现过的诗，否则“看题写诗”考的是
+  背诵。比较之前先把题目规范化（:func:`normalise`）：异体字换成通行字，去掉“其二”“二首”“之一”
+  以及末尾的序号，于是《秋兴八首 其一》和《秋兴八首 其三》算同一个题目。
+- 生成时题目放在提示前面（:func:`gptcourse.generate.generate` 的 ``title=``），返回的文字不含题目；
+  诗体、押韵等约束只看正文（:func:`strip`）。
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from .data import TITLE_MARKS, VARIANTS, load_meta
+from .errors import UserError
+from .verse import PUNCT
+
+OPEN, CLOSE = TITLE_MARKS
+MAX_TITLE = 24                   # 题目最多多少个字（语料里 99 % 以上的题目不超过 15 个字）
+_VARIANTS = str.maketrans(VARIANTS)
+_NUM = "一二三四五六七八九十百两"
+_SUFFIX = re.compile(rf"(其[{_NUM}]+|[{_NUM}]+首|之[{_NUM}]+|第[{_NUM}]+首?|[{_NUM}]+)$")
+
+
+def check_title(title) -> str:
+    """合法的题目：非空字符串，不含书名号、换行和句读标点，不超过 ``MAX_TITLE`` 个字。"""
+    if not isinstance(title, str):
+        raise UserError(f"题目必须是字符串，收到 {type(title).__name__}")
+    t = title.strip()
+    if not t:
+        raise UserError("题目不能是空的")
+    bad = sorted({c for c in t if c in OPEN + CLOSE + "\n" or c in PUNCT})
+    if bad:
+        raise UserError(f"题目里不能有这些字符：{'、'.join(map(repr, bad))}")
+    if len(t) > MAX_TITLE:
+        raise UserError(f"题目太长：{len(t)} 个字，最多 {MAX_TITLE} 个")
+    return t
+
+
+def titled(title: str, body: str) -> str:
+    """一首带题目的诗的文字：``《题》正文``。"""
+    return f"{OPEN}{check_title(title)}{CLOSE}{body}"
+
+
+def strip(text: str) -> str:
+    """去掉开头的 ``《题》``（没有题目时原样返回）。"""
+    if text.startswith(OPEN) and CLOSE in text:
+        return text[text.index(CLOSE) + 1:]
+    return text
+
+
+def normalise(title: str) -> str:
+    """比较题目用的规范形式：去空白、异体字换成通行字、去掉末尾的“其二”“二首”“之一”和序号。
+
+    >>> normalise("秋兴八首 其一"), normalise("帝京篇十首 三"), normalise("登樂遊原")
+    ('秋兴', '帝京篇', '登乐游原')
+    """
+    t = "".join(title.split()).translate(_VARIANTS)
+    while True:
+        shorter = _SUFFIX.sub("", t)
+        if shorter == t or not shorter:
+            return t
+        t = shorter
+
+
+def rows(split: str, meta: list[dict] | None = None) -> list[tuple[str, str]]:
+    """某个划分里带题目的诗 [(题目, 正文)]。val / test 只留题目没在训练集里出现过的诗。"""
+    if split not in ("train", "val", "test"):
+        raise UserError(f"split 只能是 train / val / test，收到 {split!r}")
+    meta = load_meta() if meta is None else meta
+    ok = [(r["title"].strip(), r["body"]) for r in meta
+          if r["split"] == split and r["title"].strip() and len(r["title"].strip()) <= MAX_TITLE
+          and not any(c in r["title"] for c in OPEN + CLOSE)]
+    if split == "train":
+        return ok
+    seen = {normalise(r["title"]) for r in meta if r["split"] == "train"}
+    return [(t, b) for t, b in ok if normalise(t) not in seen]
+
+
+def encode(pairs: list[tuple[str, str]], tok) -> tuple[torch.Tensor, torch.Tensor]:
+    """[(题目, 正文)] → (ids [N], targets [N])。
+
+    ids 是 ``\\n《题》正文\\n《题》正文\\n…`` 的词元；targets 与 ids 相同，只是题目（含书名号）那些
+    位置换成 −1：作为 ``gc.data.get_batch(..., targets=)`` 的目标，损失只算在正文和诗末的换行上。
+    """
+    eos, ids, targets = tok.eos_id, [tok.eos_id], [-1]
+    for title, body in pairs:
+        head = tok.encode(OPEN + check_title(title) + CLOSE)
+        tail = tok.encode(body) + [eos]
+        ids += head + tail
+        targets += [-1] * len(head) + tail
+    return torch.tensor(ids, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
