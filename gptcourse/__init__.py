@@ -12,7 +12,7 @@
 包的分层（下层从不导入上层；``tests/test_layers.py`` 检查）::
 
     L0 runtime  errors  config                       基础：种子、设备、路径、错误类型、配置
-    L1 verse  tokenizer  bpe  data                   文字与数据
+    L1 verse  tokenizer  bpe  data  titled           文字与数据
     L2 rope  model                                   模型
     L3 precision  distributed  train  checkpoint     训练与存储
     L4 sampling  constraints  generate  evaluate  acceptance  quantize  rhyme_probe   推理与评估
@@ -37,7 +37,7 @@ __version__ = "0.1.0"
 # 不在这里：它们是程序，不是课程的 API（用 python -m gptcourse… 运行）。
 MODULES = (
     "runtime", "errors", "config",
-    "verse", "tokenizer", "bpe", "data",
+    "verse", "tokenizer", "bpe", "data", "titled",
     "rope", "model",
     "precision", "distributed", "train", "checkpoint",
     "sampling", "constraints", "generate", "evaluate", "acceptance", "quantize", "rhyme_probe",
@@ -49,8 +49,8 @@ MODULES = (
 if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
     from . import (acceptance, bench, bpe, check, checkpoint, config, constraints, data,
                    distributed, errors, evaluate, generate, mistakes, model, precision, quantize,
-                   release, rhyme_probe, rope, runtime, sampling, serve, tokenizer, train, verse,
-                   viz, walkthrough)
+                   release, rhyme_probe, rope, runtime, sampling, serve, titled, tokenizer, train,
+                   verse, viz, walkthrough)
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,8 @@ from .constraints import VerseConstraint
 from .errors import UserError
 from .sampling import (NEG_INF, SamplingParams, apply_repetition_penalty, apply_temperature,
                        sample_with, top_k_filter, top_p_filter)
+from .titled import CLOSE, OPEN, check_title
+from .titled import strip as strip_title
 from .verse import FORMS
 
 DEFAULT_MAX_NEW_TOKENS = 100
@@ -42,16 +44,20 @@ DEFAULT_MAX_NEW_TOKENS = 100
 # ---------------------------------------------------------------- 要写什么样的诗
 @dataclass(frozen=True)
 class VerseSpec:
-    """格式约束：诗体 ``form``（五绝/五律/七绝/七律或 None）、藏头 ``acrostic``、押韵 ``rhyme``
-    （``rhyme_group`` 指定韵部，给了它就等于 ``rhyme=True``）、平仄 ``tones``。规则见
-    :mod:`gptcourse.constraints`。默认什么都不约束。"""
+    """写什么样的诗：诗体 ``form``（五绝/五律/七绝/七律或 None）、藏头 ``acrostic``、押韵 ``rhyme``
+    （``rhyme_group`` 指定韵部，给了它就等于 ``rhyme=True``）、平仄 ``tones``，以及题目 ``title``
+    （以题作诗：题目写在提示前面，``《题》``，见 :mod:`gptcourse.titled`；它是条件，不是约束）。
+    约束的规则见 :mod:`gptcourse.constraints`。默认什么都不约束、没有题目。"""
     form: str | None = None
     acrostic: str | None = None
     rhyme: bool = False
     rhyme_group: str | None = None
     tones: bool = False
+    title: str | None = None
 
     def __post_init__(self):
+        if self.title is not None:
+            object.__setattr__(self, "title", check_title(self.title))
         if self.form is not None and self.form not in FORMS:
             raise UserError(f"未知的诗体 {self.form!r}；可选：{'、'.join(FORMS)}")
         for name in ("acrostic", "rhyme_group"):
@@ -99,7 +105,8 @@ def eval_mode(model: torch.nn.Module):
 
 
 def _current_poem(text: str) -> str:
-    return text[text.rfind("\n") + 1:]
+    """最后一个换行之后、去掉开头《题》的文字：约束只看正文。"""
+    return strip_title(text[text.rfind("\n") + 1:])
 
 
 @dataclass
@@ -144,9 +151,10 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
         raise UserError(f"max_new_tokens 必须是 ≥ 0 的整数，收到 {max_new_tokens!r}")
     bs, eos = model.config.block_size, tok.eos_id
     device = next(model.parameters()).device
+    head = f"{OPEN}{spec.title}{CLOSE}" if spec.title is not None else ""   # 以题作诗
     rows = []
     for i, p in enumerate(prompts):
-        ids = [eos] + tok.encode(p)
+        ids = [eos] + tok.encode(head + p)
         if len(ids) > bs:
             raise UserError(f"提示太长：{len(ids) - 1} 个词元（加上开头的换行 {len(ids)} 个），"
                             f"超过模型的上下文 block_size={bs}")
@@ -239,7 +247,7 @@ def _split(kw: dict) -> tuple[SamplingParams, VerseSpec]:
     return SamplingParams(**sampling), VerseSpec(**verse)
 
 
-VERSE_FIELDS = ("form", "acrostic", "rhyme", "rhyme_group", "tones")
+VERSE_FIELDS = ("form", "acrostic", "rhyme", "rhyme_group", "tones", "title")
 
 
 # ---------------------------------------------------------------- 公开接口
@@ -288,19 +296,19 @@ def generate(model, tok, prompt: str = "", max_new_tokens: int | None = None,
              temperature: float = 1.0, top_k: int | None = None, top_p: float | None = None,
              repetition_penalty: float = 1.0, seed: int | None = None, use_cache: bool = True,
              form: str | None = None, acrostic: str | None = None, rhyme: bool = False,
-             rhyme_group: str | None = None, tones: bool = False,
+             rhyme_group: str | None = None, tones: bool = False, title: str | None = None,
              stream: Callable[[str], object] | None = None) -> str:
     """写一首诗 → 提示 + 续写（不含结束符）。
 
     ``max_new_tokens=None``：不加约束时 100；给了 ``form``/``acrostic``/``rhyme``/``tones`` 时
     正好够写完一首。采样参数见 :class:`~gptcourse.sampling.SamplingParams`（默认 = 模型自己的
-    分布），格式约束见 :class:`VerseSpec`。``stream``：可选的回调，每生成一个字就调用一次
-    ``stream(片段)``。
+    分布），格式约束与题目见 :class:`VerseSpec`（``title="春晓"``：以题作诗，返回值不含题目）。
+    ``stream``：可选的回调，每生成一个字就调用一次 ``stream(片段)``。
     """
     kw = dict(max_new_tokens=max_new_tokens, seed=seed, use_cache=use_cache,
               temperature=temperature, top_k=top_k, top_p=top_p,
               repetition_penalty=repetition_penalty, form=form, acrostic=acrostic, rhyme=rhyme,
-              rhyme_group=rhyme_group, tones=tones)
+              rhyme_group=rhyme_group, tones=tones, title=title)
     if stream is None:
         return generate_batch(model, tok, [prompt], **kw)[0]
     pieces = []

@@ -59,8 +59,8 @@ def strip(text: str) -> str:
 def normalise(title: str) -> str:
     """比较题目用的规范形式：去空白、异体字换成通行字、去掉末尾的“其二”“二首”“之一”和序号。
 
-    >>> normalise("秋兴八首 其一"), normalise("帝京篇十首 三"), normalise("登樂遊原")
-    ('秋兴', '帝京篇', '登乐游原')
+    >>> normalise("秋兴八首 其一"), normalise("帝京篇十首 三"), normalise("闻鴈")
+    ('秋兴', '帝京篇', '闻雁')
     """
     t = "".join(title.split()).translate(_VARIANTS)
     while True:
@@ -84,16 +84,18 @@ def rows(split: str, meta: list[dict] | None = None) -> list[tuple[str, str]]:
     return [(t, b) for t, b in ok if normalise(t) not in seen]
 
 
-def encode(pairs: list[tuple[str, str]], tok) -> tuple[torch.Tensor, torch.Tensor]:
+def encode(pairs: list[tuple[str, str]], tok,
+           errors: str = "strict") -> tuple[torch.Tensor, torch.Tensor]:
     """[(题目, 正文)] → (ids [N], targets [N])。
 
     ids 是 ``\\n《题》正文\\n《题》正文\\n…`` 的词元；targets 与 ids 相同，只是题目（含书名号）那些
     位置换成 −1：作为 ``gc.data.get_batch(..., targets=)`` 的目标，损失只算在正文和诗末的换行上。
+    ``errors="unk"``：词表外的字记为 <unk>（验证集、测试集里可能有训练集没见过的字）。
     """
     eos, ids, targets = tok.eos_id, [tok.eos_id], [-1]
     for title, body in pairs:
-        head = tok.encode(OPEN + check_title(title) + CLOSE)
-        tail = tok.encode(body) + [eos]
+        head = tok.encode(OPEN + check_title(title) + CLOSE, errors=errors)
+        tail = tok.encode(body, errors=errors) + [eos]
         ids += head + tail
         targets += [-1] * len(head) + tail
     return torch.tensor(ids, dtype=torch.long), torch.tensor(targets, dtype=torch.long)

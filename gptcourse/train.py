@@ -161,10 +161,12 @@ def _step(model, optimizer, batches, grad_clip=1.0, amp=None, forward=None,
 @torch.no_grad()
 def estimate_loss(model: torch.nn.Module, splits: dict[str, torch.Tensor], batch_size: int,
                   block_size: int, n_batches: int = 20, seed: int = 1234,
-                  starts: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
+                  starts: dict[str, torch.Tensor] | None = None,
+                  targets: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
     """eval 模式、不求梯度，对每个划分取 n_batches 个固定随机批次的平均损失，然后切回 train。
 
-    ``starts`` 可以给某些划分指定窗口起点（例如按诗对齐，见 :func:`gptcourse.data.poem_starts`）。
+    ``starts`` 可以给某些划分指定窗口起点（例如按诗对齐，见 :func:`gptcourse.data.poem_starts`）；
+    ``targets`` 给某些划分指定目标序列（−1 = 不算损失，见 :func:`gptcourse.data.get_batch`）。
     """
     was_training = model.training
     model.eval()
@@ -172,8 +174,8 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, torch.Tensor], batch
     out = {}
     for name, data in splits.items():
         g = torch.Generator().manual_seed(seed)                    # 每次评估用同一批窗口
-        s = (starts or {}).get(name)
-        losses = [model(*get_batch(data, batch_size, block_size, device, g, s))[1].item()
+        s, y = (starts or {}).get(name), (targets or {}).get(name)
+        losses = [model(*get_batch(data, batch_size, block_size, device, g, s, y))[1].item()
                   for _ in range(n_batches)]
         out[name] = sum(losses) / len(losses)
     model.train(was_training)
@@ -227,7 +229,8 @@ def _say(msg: str) -> None:
 def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, cfg: TrainConfig,
           optimizer: torch.optim.Optimizer | None = None, start_step: int = 0,
           history: History | None = None, callbacks=(), on_eval=None,
-          stop_step: int | None = None, starts: dict[str, torch.Tensor] | None = None) -> History:
+          stop_step: int | None = None, starts: dict[str, torch.Tensor] | None = None,
+          targets: dict[str, torch.Tensor] | None = None) -> History:
     """训练 model，返回 History。``callbacks`` 里的函数在每次评估后调用：fn(step, model, history)。
 
     ``on_eval(step, val_loss, is_best)`` 用于保存检查点（命令行用它保存 best 与 last）。
@@ -235,6 +238,7 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     仍按 max_steps 计算），用来演示"中断 → 存盘 → 续训"。
     按分钟计预算时：预热仍按步数，之后余弦按"预热结束后已用时间 / 剩余预算"走。
     ``starts``：{划分名: 窗口起点}，给出时训练批次与评估都只从这些起点取窗口（按诗对齐）。
+    ``targets``：{划分名: 目标序列}，−1 的位置不算损失（以题作诗只学正文，见 :mod:`gptcourse.titled`）。
     在 torchrun 下自动用 DistributedDataParallel：每个进程取不同的批次，只有 0 号进程评估与记录。
     损失或梯度范数出现 NaN/inf 时抛出 :class:`TrainingDiverged`（最多晚 log_interval 步发现）。
     """
@@ -298,7 +302,7 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
             group["lr"] = lr
         gen = batch_generator(cfg.seed, step, rank)                  # 每个进程、每一步各不相同
         batches = [get_batch(train_data, cfg.batch_size, T, device, gen,
-                             (starts or {}).get("train"))
+                             (starts or {}).get("train"), (targets or {}).get("train"))
                    for _ in range(cfg.grad_accum)]
         try:
             loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow)
@@ -322,7 +326,7 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
         evaluate = rank == 0 and at_eval
         if evaluate:
             losses = estimate_loss(model, splits, cfg.batch_size, T, cfg.eval_batches,
-                                   starts=starts)
+                                   starts=starts, targets=targets)
             history.evals.append({"step": step, **losses,
                                   "elapsed_s": time.perf_counter() - t_start})
             if not all(math.isfinite(v) for v in losses.values()):

@@ -11,7 +11,7 @@ import gptcourse
 PKG = Path(gptcourse.__file__).parent
 LAYERS = {                                   # 顶层名字 → 层号；T（教学）= 10，X（工具）= 20
     "runtime": 0, "errors": 0, "config": 0,
-    "verse": 1, "tokenizer": 1, "bpe": 1, "data": 1,
+    "verse": 1, "tokenizer": 1, "bpe": 1, "data": 1, "titled": 1,
     "rope": 2, "model": 2,
     "precision": 3, "distributed": 3, "train": 3, "checkpoint": 3,
     "sampling": 4, "constraints": 4, "generate": 4, "evaluate": 4, "acceptance": 4, "quantize": 4,

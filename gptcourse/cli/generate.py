@@ -28,6 +28,8 @@ def cli_arguments(p) -> None:
     p.add_argument("--seed", type=int, default=None, help="随机种子（第 i 首用 seed + i）")
     p.add_argument("--form", choices=list(FORMS), default=None, help="诗体：五绝/五律/七绝/七律")
     p.add_argument("--acrostic", default=None, help="藏头字，例如 春夏秋冬")
+    p.add_argument("--title", default=None,
+                   help="以题作诗：题目（例如 送友人；用以题作诗微调过的检查点效果才好）")
     p.add_argument("--rhyme", action=argparse.BooleanOptionalAction, default=None,
                    help="押韵：双数句末字同一平声韵部（默认：检查点的发布设置）")
     p.add_argument("--rhyme-group", default=None,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .. import checkpoint, verse
+from .. import checkpoint, titled, verse
 from .. import distributed as dist_utils
 from ..config import MAX_BLOCK_SIZE, preset, preset_names
 from ..data import available_corpora, load_corpus, poem_starts, vocabulary_text
@@ -75,6 +75,11 @@ def cli_arguments(p) -> None:
     p.add_argument("--probe-poems", type=int, default=0,
                    help="每次评估时采样这么多首诗，记下诗体合格率、押韵率与平仄"
                         "（训练曲线，存进 meta）")
+    p.add_argument("--init", default=None, metavar="检查点",
+                   help="从这个检查点的权重开始（微调）；词表与模型结构取自它，--preset 不起作用")
+    p.add_argument("--titled", action="store_true",
+                   help="以题作诗：训练文本是 《题》正文，只在正文上算损失；验证集只用训练集里没有的题目"
+                        "（只用于 tang_jinti）")
     p.add_argument("--no-progress", action="store_true")
     # 测试用：每个进程把最终权重的哈希和本进程的损失写进这个目录（检查 DDP 各进程是否一致）
     p.add_argument("--dump-rank-state", default=None, help=argparse.SUPPRESS)
@@ -101,19 +106,33 @@ def cli_main(args) -> int:
     dist_utils.init()
     rank = dist_utils.rank()
     set_seed(args.seed)
+    if args.titled and args.corpus != "tang_jinti":
+        raise UserError("--titled 只用于 tang_jinti（题目来自 data/tang_jinti_meta.tsv）")
     corpus = load_corpus(args.corpus)
-    tok = CharTokenizer.from_text(vocabulary_text(corpus))      # 训练集正文 + 标题 + 《》
-    overrides = {"vocab_size": tok.vocab_size}
-    if args.block_size is not None:
-        overrides["block_size"] = args.block_size
-    if args.dropout is not None:
-        overrides.update(dropout=args.dropout, attn_dropout=args.dropout,
-                         resid_dropout=args.dropout)
-    cfg = preset(args.preset, **overrides)
     device = get_device()
-    model = GPT(cfg).to(device)
-    train_ids = torch.tensor(tok.encode(corpus.train), dtype=torch.long)
-    val_ids = torch.tensor(tok.encode(corpus.val, errors="unk"), dtype=torch.long)
+    if args.init is not None:                   # 微调：词表和结构都来自起点检查点
+        if args.block_size is not None or args.dropout is not None:
+            raise UserError("--init 时模型结构取自检查点，不能再给 --block-size / --dropout")
+        model, tok, init_meta = checkpoint.load(args.init, eval_mode=False)
+        cfg, model = model.config, model.to(device)
+    else:
+        tok = CharTokenizer.from_text(vocabulary_text(corpus))  # 训练集正文 + 标题 + 《》
+        overrides = {"vocab_size": tok.vocab_size}
+        if args.block_size is not None:
+            overrides["block_size"] = args.block_size
+        if args.dropout is not None:
+            overrides.update(dropout=args.dropout, attn_dropout=args.dropout,
+                             resid_dropout=args.dropout)
+        cfg = preset(args.preset, **overrides)
+        model = GPT(cfg).to(device)
+    targets = None
+    if args.titled:                             # 《题》正文，题目那几个位置不算损失
+        train_ids, train_y = titled.encode(titled.rows("train"), tok)
+        val_ids, val_y = titled.encode(titled.rows("val"), tok, errors="unk")
+        targets = {"train": train_y, "val": val_y}
+    else:
+        train_ids = torch.tensor(tok.encode(corpus.train), dtype=torch.long)
+        val_ids = torch.tensor(tok.encode(corpus.val, errors="unk"), dtype=torch.long)
     starts = None
     if args.windows == "poem":              # 窗口从换行符开始：模型总能看到整首诗的上文
         starts = {name: poem_starts(ids, tok.eos_id, cfg.block_size)
@@ -124,7 +143,9 @@ def cli_main(args) -> int:
     used_bf16, bf16_reason = resolve_bf16(bf16, device)          # 只看硬件能力，每次都一样
     meta = {"corpus": args.corpus, "preset": args.preset, "train_config": asdict(tcfg),
             "bf16": used_bf16, "windows": args.windows, "world_size": dist_utils.world_size(),
-            "command": _command(args)}
+            "command": _command(args), "titled": args.titled,
+            **({"init": {"checkpoint": str(args.init), "step": init_meta.get("step"),
+                         "val_loss": init_meta.get("val_loss")}} if args.init else {})}
     if rank == 0:
         n = sum(p.numel() for p in model.parameters())
         print(f"模型 {args.preset}：{n:,} 个参数；词表 {tok.vocab_size}；设备 {device.type}；"
@@ -156,7 +177,7 @@ def cli_main(args) -> int:
     diverged = None
     try:
         history = train(model, train_ids, val_ids, tcfg, optimizer=optimizer, history=history,
-                        on_eval=on_eval, starts=starts, callbacks=[probe])
+                        on_eval=on_eval, starts=starts, targets=targets, callbacks=[probe])
     except TrainingDiverged as e:               # 发散：留下发散之前最好的那一版（若有）
         diverged, history = e, e.history
     wall = time.perf_counter() - t0

@@ -47,6 +47,7 @@ from .http import (
     client_gone,
     lingering_close,
 )
+from ..titled import MAX_TITLE
 from ..verse import FORMS
 from .params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT, RANGES, brief,
                      parse_params, result)
@@ -255,7 +256,7 @@ class Handler(BaseHTTPRequestHandler):
         s = self.server
         return {"vocab_size": s.tok.vocab_size, "forms": list(FORMS),
                 "block_size": s.model.config.block_size, "defaults": s.defaults,
-                "limits": {"prompt": MAX_PROMPT, "acrostic": MAX_ACROSTIC,
+                "limits": {"prompt": MAX_PROMPT, "acrostic": MAX_ACROSTIC, "title": MAX_TITLE,
                            "max_new_tokens": MAX_NEW_TOKENS, "body_bytes": MAX_BODY,
                            "slots": s.limits.slots, "queue": s.limits.queue},
                 "ranges": RANGES}

@@ -17,6 +17,7 @@ import math
 from ..generate import VerseSpec
 from ..release import FALLBACK, whole_poem_only
 from ..sampling import SamplingParams
+from ..titled import MAX_TITLE
 from ..verse import FORMS, analyze
 from .http import ApiError
 
@@ -91,6 +92,9 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
     if p["acrostic"] is not None:
         _text(p, "acrostic", MAX_ACROSTIC, tok)
     p["acrostic"] = p["acrostic"] or None
+    if p["title"] is not None:                      # 以题作诗：题目（空字符串 = 不给题目）
+        _text(p, "title", MAX_TITLE, tok)
+    p["title"] = p["title"].strip() or None if p["title"] is not None else None
     if p["form"] is not None and (not isinstance(p["form"], str)
                                   or p["form"] not in (*FORMS, "", "不限")):
         raise ApiError(400, f"form 只能是 {'、'.join(FORMS)} 之一，收到 {brief(p['form'])}",
@@ -120,5 +124,6 @@ def result(p: dict, text: str, seconds: float) -> dict:
     ``analysis`` 是 :func:`gptcourse.verse.analyze` 的报告：每个字的平仄 ``tones``（与 text 等长，
     平/仄/中/None）、韵脚在 text 里的下标 ``rhyme_positions``、韵部、平仄规则与合格率。
     """
-    return {"text": text, "prompt": p["prompt"], "new_chars": len(text) - len(p["prompt"]),
+    return {"text": text, "prompt": p["prompt"], "title": p.get("title"),
+            "new_chars": len(text) - len(p["prompt"]),
             "seconds": round(seconds, 3), "analysis": analyze(text).to_dict()}

@@ -12,6 +12,7 @@ function params() {
   const seed = $("seed").value.trim();
   return {
     prompt: $("prompt").value,
+    title: $("title").value.trim() || null,
     form: $("form").value || null,
     acrostic: $("acrostic").value.trim() || null,
     rhyme: $("rhyme").checked,
@@ -117,7 +118,8 @@ async function init() {
     $("tones").checked = Boolean(d.tones);
   } catch (e) { /* 拿不到默认值就用页面自带的 */ }
   const q = new URLSearchParams(location.search);
-  for (const key of ["prompt", "form", "acrostic", "temperature", "top_k", "top_p", "seed"]) {
+  for (const key of ["prompt", "title", "form", "acrostic", "temperature", "top_k", "top_p",
+                     "seed"]) {
     if (q.has(key)) setValue(key, q.get(key));
   }
   for (const key of ["rhyme", "tones"]) if (q.has(key)) $(key).checked = q.get(key) === "1";
