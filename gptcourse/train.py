@@ -238,7 +238,8 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     仍按 max_steps 计算），用来演示"中断 → 存盘 → 续训"。
     按分钟计预算时：预热仍按步数，之后余弦按"预热结束后已用时间 / 剩余预算"走。
     ``starts``：{划分名: 窗口起点}，给出时训练批次与评估都只从这些起点取窗口（按诗对齐）。
-    ``targets``：{划分名: 目标序列}，−1 的位置不算损失（以题作诗只学正文，见 :mod:`gptcourse.titled`）。
+    ``targets``：{划分名: 目标序列}，−1 的位置不算损失（以题作诗只学正文，
+    见 :mod:`gptcourse.titled`）。
     在 torchrun 下自动用 DistributedDataParallel：每个进程取不同的批次，只有 0 号进程评估与记录。
     损失或梯度范数出现 NaN/inf 时抛出 :class:`TrainingDiverged`（最多晚 log_interval 步发现）。
     """

@@ -28,7 +28,8 @@ def test_format_and_strip():
 
 @pytest.mark.parametrize("raw, norm", [
     ("秋兴八首 其一", "秋兴"), ("秋兴八首 其三", "秋兴"), ("帝京篇十首 一", "帝京篇"),
-    ("杂诗二首之一", "杂诗"), ("闻鴈", "闻雁"), ("登 鹳雀楼", "登鹳雀楼"), ("十五夜望月", "十五夜望月"),
+    ("杂诗二首之一", "杂诗"), ("闻鴈", "闻雁"), ("登 鹳雀楼", "登鹳雀楼"),
+    ("十五夜望月", "十五夜望月"),
 ])
 def test_normalise(raw, norm):
     assert titled.normalise(raw) == norm

@@ -78,8 +78,8 @@ def cli_arguments(p) -> None:
     p.add_argument("--init", default=None, metavar="检查点",
                    help="从这个检查点的权重开始（微调）；词表与模型结构取自它，--preset 不起作用")
     p.add_argument("--titled", action="store_true",
-                   help="以题作诗：训练文本是 《题》正文，只在正文上算损失；验证集只用训练集里没有的题目"
-                        "（只用于 tang_jinti）")
+                   help="以题作诗：训练文本是 《题》正文，只在正文上算损失；"
+                        "验证集只用训练集里没有的题目（只用于 tang_jinti）")
     p.add_argument("--no-progress", action="store_true")
     # 测试用：每个进程把最终权重的哈希和本进程的损失写进这个目录（检查 DDP 各进程是否一致）
     p.add_argument("--dump-rank-state", default=None, help=argparse.SUPPRESS)
