@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import UserError
+from .titled import normalise, titled
 from .verse import PUNCT as SENTENCE_MARKS  # 断句的标点（规则在 verse；语料里只出现 ，。？！）
 
 K_GRID = (1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0)     # 加 k 平滑的候选 k（在验证集上挑）
@@ -265,3 +266,81 @@ def poem_nll(model, tok, poems: list[str]) -> list[float]:
     if any(not p for p in poems):
         raise UserError("不能给空诗打分")
     return [float(token_losses(model, tok, p).mean()) for p in poems]
+
+
+def bootstrap_interval(values, n_boot: int = 2000, level: float = 0.95,
+                       seed: int = 0) -> tuple[float, float]:
+    """均值的自助法（bootstrap）置信区间：有放回地重抽 ``n_boot`` 次，取均值的分位数。"""
+    x = np.asarray(values, dtype=float)
+    if x.size == 0:
+        raise UserError("bootstrap_interval 需要至少一个数")
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, (n_boot, x.size))].mean(1)              # [n_boot]
+    lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
+    return float(lo), float(hi)
+
+
+def body_nll(model, tok, body: str, title: str | None = None) -> float:
+    """正文每个词元的平均负对数似然（nats，不含诗末换行）；给了 ``title`` 时模型先读到《题》。"""
+    head = titled(title, "") if title else ""
+    losses = token_losses(model, tok, head + body)
+    return float(losses[len(encode_text(tok, head)) if head else 0:].mean())
+
+
+def title_information(model, tok, pairs: list[tuple[str, str]], k: int = 10,
+                      seed: int = 0) -> dict:
+    """题目告诉了模型多少（在题目没见过的诗上量）：
+
+    - 正文的负对数似然：给自己的题目 / 给另一首诗的题目 / 不给题目（nats/字）；
+    - ΔNLL = 别人的题目 − 自己的题目（> 0 说明模型确实在看题目）；
+    - 检索准确率：自己的题目与另外 k − 1 个题目里，哪一个让正文最好猜（机会水平 1/k）。
+    每项都带 95 % 自助法区间。别的题目从同一批诗里随机取（与自己的题目规范化后不同）。
+    """
+    if len(pairs) < k:
+        raise UserError(f"至少要 {k} 首诗才能做 {k} 选 1 的检索，收到 {len(pairs)} 首")
+    rng = np.random.default_rng(seed)
+    norm = [normalise(t) for t, _ in pairs]
+    own, other, none, hit = [], [], [], []
+    for i, (title, body) in enumerate(pairs):
+        pool = [j for j in range(len(pairs)) if norm[j] != norm[i]]
+        picks = rng.choice(pool, size=k - 1, replace=False)
+        mine = body_nll(model, tok, body, title)
+        theirs = [body_nll(model, tok, body, pairs[j][0]) for j in picks]
+        own.append(mine)
+        other.append(theirs[0])
+        none.append(body_nll(model, tok, body))
+        hit.append(float(mine < min(theirs)))
+    gap = np.asarray(other) - np.asarray(own)
+    out = {"n": len(pairs), "k": k, "own": float(np.mean(own)), "other": float(np.mean(other)),
+           "none": float(np.mean(none)), "delta": float(gap.mean()),
+           "delta_ci": bootstrap_interval(gap, seed=seed), "retrieval": float(np.mean(hit)),
+           "retrieval_ci": bootstrap_interval(hit, seed=seed), "chance": 1 / k}
+    return out
+
+
+def title_reuse(model, tok, titles: list[str], seed: int = 0, **decoding) -> dict:
+    """给每个题目写一首诗（第 i 首用种子 seed + i），数有多少首的正文用到了题目里的字；
+    对照：同样这些诗配上打乱了的题目（每首配一个规范化后不同的题目）。
+    ``decoding`` 交给 ``generate_batch``。"""
+    from .generate import generate_batch
+    from .verse import is_hanzi
+    if len({normalise(t) for t in titles}) < 2:
+        raise UserError("title_reuse 至少要两个（规范化后）不同的题目，才能做打乱的对照")
+    poems = [generate_batch(model, tok, [""], seed=seed + i, title=t, **decoding)[0]
+             for i, t in enumerate(titles)]
+
+    def uses(poem: str, title: str) -> float:
+        return float(any(c in poem for c in title if is_hanzi(c)))
+
+    rng = np.random.default_rng(seed)
+    shift = []
+    for t in titles:                                                         # 打乱的对照
+        while titles[j := int(rng.integers(len(titles)))] == t or \
+                normalise(titles[j]) == normalise(t):
+            pass
+        shift.append(titles[j])
+    own = [uses(p, t) for p, t in zip(poems, titles)]
+    ctrl = [uses(p, t) for p, t in zip(poems, shift)]
+    return {"n": len(titles), "own": float(np.mean(own)), "own_ci": bootstrap_interval(own),
+            "shuffled": float(np.mean(ctrl)), "shuffled_ci": bootstrap_interval(ctrl),
+            "examples": list(zip(titles[:3], poems[:3]))}

@@ -129,3 +129,18 @@ def test_train_cli_fine_tunes_from_init_on_titled_text(tmp_path, capsys):
     assert model.config == checkpoint.load()[0].config
     assert cli.main(["train", "--corpus", "tang_5jue", "--titled", "--steps", "1",
                      "--out", str(tmp_path / "x.pt")]) == 2
+
+
+def test_title_measurements_on_a_tiny_model(tiny):
+    model, tok = tiny
+    pairs = [("春晓", POEM), ("静夜思", "床前明月光，疑是地上霜。举头望明月，低头思故乡。")] * 3
+    r = gc.evaluate.title_information(model, tok, pairs[:2] * 5, k=2)
+    assert r["n"] == 10 and 0 <= r["retrieval"] <= 1 and r["chance"] == 0.5
+    assert r["delta"] == pytest.approx(r["other"] - r["own"])
+    lo, hi = r["delta_ci"]
+    assert lo <= r["delta"] <= hi
+    reuse = gc.evaluate.title_reuse(model, tok, ["春晓", "静夜思"], max_new_tokens=8)
+    assert reuse["n"] == 2 and 0 <= reuse["own"] <= 1
+    with pytest.raises(UserError, match="不同的题目"):
+        gc.evaluate.title_reuse(model, tok, ["春晓", "春晓"])
+    assert gc.evaluate.bootstrap_interval([1.0, 1.0]) == (1.0, 1.0)
