@@ -27,7 +27,7 @@ from gptcourse.runtime import ROOT
 
 WHY = sandbox.probe()
 MARKER = "4711"                                  # 恶意作业留下的子进程：sleep 4711
-TIMEOUT, CELL_TIMEOUT = 30, 6
+TIMEOUT, CELL_TIMEOUT = 20, 6
 
 pytestmark = pytest.mark.slow
 

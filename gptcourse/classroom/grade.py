@@ -332,11 +332,15 @@ def grade(paths: list[Path], opts: Options | None = None, jobs: int = 1,
         opts = Options(**{**vars(opts), "hide": tuple(folders)})
     lock = threading.Lock()
 
+    from .student import AuthoringError
+
     def one(p: Path) -> Submission:
         try:
             sub = grade_one(p, opts)
-        except GradingError as e:
+        except (GradingError, AuthoringError) as e:
             sub = Submission(p, error=str(e))
+        except Exception as e:  # noqa: BLE001 - 评分工具自己的意外错误也只影响这一份
+            sub = Submission(p, error=f"评分工具内部错误 {type(e).__name__}: {e}")
         if on_result is not None:
             with lock:
                 on_result(sub)

@@ -78,7 +78,11 @@ def load_weights(path: Path) -> Weights:
         if not isinstance(table, dict):
             raise ValueError(f"分值文件 {path}：[{section}] 应当是 名字 = 分值 的表")
         known = list(KIND_WEIGHTS) if section == "kinds" else _names(section)
+        short = {re.split(r"[.:/]", k)[-1]: k for k in known}         # 也认不带章节前缀的名字
+        fixed = {}
         for key, value in table.items():
+            key = key if key in known else short.get(key, key)
+            fixed[key] = value
             if key not in known:
                 raise ValueError(f"分值文件 {path}：[{section}] 里没有 {key!r}；"
                                  f"可选：{', '.join(known)}")
@@ -86,7 +90,7 @@ def load_weights(path: Path) -> Weights:
                     or not math.isfinite(value) or value < 0:
                 raise ValueError(f"分值文件 {path}：[{section}] {key} 的分值应当是 ≥ 0 的数，"
                                  f"收到 {value!r}")
-        out[section] = {k: float(v) for k, v in table.items()}
+        out[section] = {k: float(v) for k, v in fixed.items()}
     return out
 
 
