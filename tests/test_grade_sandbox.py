@@ -174,14 +174,15 @@ def probes(d: Path, port: int) -> dict[str, str]:
 FORGE_RECORD = """\
 import gptcourse.check._common as _c
 for _n in ("count_pairs", "merge_pair"):
-    _c._record(_n, True, "正确")"""
+    _c._record("nb01", _n, True, "正确")"""
 FORGE_REPLACE = """\
 import gptcourse.check as _chk, gptcourse.check._common as _c, gptcourse.check.nb01 as _nb
 _secret = open("/etc/passwd").readline()
 for _n in ("count_pairs", "merge_pair"):
     setattr(_nb, _n, lambda *a, **k: True)
     setattr(_chk, _n, lambda *a, **k: True)
-    _c.RESULTS[_n] = {"exercise": _n, "passed": True, "message": _secret}
+    _c.RESULTS["nb01." + _n] = {"key": "nb01." + _n, "chapter": "nb01", "exercise": _n,
+                                "passed": True, "message": _secret}
 _c.results = lambda: list(_c.RESULTS.values())"""
 FORGE_MARKER = """\
 import json

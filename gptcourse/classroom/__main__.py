@@ -31,6 +31,43 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def grade_command(args) -> None:
+    """``python -m gptcourse.classroom grade`` 的主体。"""
+    from . import gradebook, sandbox
+    from .grade import Options, Submission, check_names, grade
+
+    missing = [str(p) for p in args.notebooks if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"找不到作业：{', '.join(missing)}")
+    weights = gradebook.load_weights(args.weights) if args.weights else None
+    if args.reference is not None and not args.reference.is_dir():
+        raise NotADirectoryError(f"--reference 不是目录：{args.reference}")
+    check_names(args.notebooks)
+    if args.no_sandbox:
+        print(sandbox.UNSEALED.format(why="用了 --no-sandbox"), file=sys.stderr)
+    limits = sandbox.Limits(memory=int(args.memory * (1 << 30)),
+                            cpu=int(args.timeout) + 30)
+    opts = Options(timeout=args.timeout, cell_timeout=args.cell_timeout,
+                   reference=args.reference, limits=limits, sealed=not args.no_sandbox)
+    done: list[Submission] = []
+
+    def save(sub: Submission) -> None:
+        done.append(sub)
+        print(f"评完 {len(done)}/{len(args.notebooks)}：{sub.student} {sub.name} "
+              f"{sub.chapter or '?'}（{sub.seconds:.0f} 秒）", file=sys.stderr, flush=True)
+        for path, write in ((args.json, gradebook.write_json), (args.csv, gradebook.write_csv),
+                            (args.long_csv, gradebook.write_long_csv)):
+            if path:
+                write(done, path, weights)
+
+    subs = grade(args.notebooks, opts, jobs=args.jobs, on_result=save)
+    print(gradebook.table(subs, weights))
+    for path, write in ((args.json, gradebook.write_json), (args.csv, gradebook.write_csv),
+                        (args.long_csv, gradebook.write_long_csv)):
+        if path:
+            write(subs, path, weights)                   # 最后按输入顺序再写一遍
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m gptcourse.classroom", description="课堂工具")
     sub = ap.add_subparsers(dest="command", required=True)
@@ -78,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
             for p in write_student_edition(paths, args.out, force=args.force):
                 print(f"学生版：{p}")
         elif args.command == "grade":
-            from .grade import grade_command
             grade_command(args)
         else:
             from .site import build_site

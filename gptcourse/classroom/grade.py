@@ -34,6 +34,7 @@ from pathlib import Path
 
 import nbformat
 
+from ..errors import UserError
 from ..runtime import ROOT
 from . import sandbox
 from .judge import sanitize
@@ -44,7 +45,7 @@ REFERENCE = ROOT / "notebooks"
 NAME_RULE = "<学号>_<姓名>.ipynb"
 
 
-class GradingError(ValueError):
+class GradingError(UserError):
     """评分做不下去（教师版找不到、检查单元格的格式不对、学号重复……）。"""
 
 
@@ -348,40 +349,3 @@ def grade(paths: list[Path], opts: Options | None = None, jobs: int = 1,
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         return list(pool.map(one, paths))
-
-
-
-def grade_command(args) -> None:
-    """``python -m gptcourse.classroom grade`` 的主体（参数见 classroom/__main__.py）。"""
-    from . import gradebook
-
-    missing = [str(p) for p in args.notebooks if not p.is_file()]
-    if missing:
-        raise FileNotFoundError(f"找不到作业：{', '.join(missing)}")
-    weights = gradebook.load_weights(args.weights) if args.weights else None
-    if args.reference is not None and not args.reference.is_dir():
-        raise NotADirectoryError(f"--reference 不是目录：{args.reference}")
-    check_names(args.notebooks)
-    if args.no_sandbox:
-        print(sandbox.UNSEALED.format(why="用了 --no-sandbox"), file=sys.stderr)
-    limits = sandbox.Limits(memory=int(args.memory * (1 << 30)),
-                            cpu=int(args.timeout) + 30)
-    opts = Options(timeout=args.timeout, cell_timeout=args.cell_timeout,
-                   reference=args.reference, limits=limits, sealed=not args.no_sandbox)
-    done: list[Submission] = []
-
-    def save(sub: Submission) -> None:
-        done.append(sub)
-        print(f"评完 {len(done)}/{len(args.notebooks)}：{sub.student} {sub.name} "
-              f"{sub.chapter or '?'}（{sub.seconds:.0f} 秒）", file=sys.stderr, flush=True)
-        for path, write in ((args.json, gradebook.write_json), (args.csv, gradebook.write_csv),
-                            (args.long_csv, gradebook.write_long_csv)):
-            if path:
-                write(done, path, weights)
-
-    subs = grade(args.notebooks, opts, jobs=args.jobs, on_result=save)
-    print(gradebook.table(subs, weights))
-    for path, write in ((args.json, gradebook.write_json), (args.csv, gradebook.write_csv),
-                        (args.long_csv, gradebook.write_long_csv)):
-        if path:
-            write(subs, path, weights)                   # 最后按输入顺序再写一遍

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import nbformat
 
+from ..errors import UserError
+
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HINT = re.compile(r"^\s*#\s*提示[:：]\s*(.*)$")
 SHOW_SOLUTION = re.compile(
@@ -44,7 +46,7 @@ HOW_TO_SUBMIT = """## 怎样提交
 """
 
 
-class AuthoringError(ValueError):
+class AuthoringError(UserError):
     """教师版笔记本的答案标记写错了（没有配对、顶层答案不是赋值……）。"""
 
 
