@@ -28,14 +28,26 @@ from browser import chromium_session, needs_chromium  # tests/browser.py
 pytestmark = needs_chromium
 
 
+_MODEL: dict = {}
+
+
+def demo_model():
+    """网页演示用的模型（测试里算“应该写出什么”也用它）。"""
+    if not _MODEL:
+        if checkpoint.SHIPPED.exists():
+            model, tok, _ = checkpoint.load()
+        else:                                # 还没有发布的模型时，用一个随机的小模型
+            tok = CharTokenizer.from_text(load_corpus("tang_5jue").train)
+            torch.manual_seed(0)
+            model = GPT(preset("course", vocab_size=tok.vocab_size, n_layer=2, n_head=2,
+                               n_embd=32))
+        _MODEL.update(model=model, tok=tok)
+    return _MODEL["model"], _MODEL["tok"]
+
+
 @pytest.fixture(scope="module")
 def demo():
-    if checkpoint.SHIPPED.exists():
-        model, tok, _ = checkpoint.load()
-    else:                                    # 还没有发布的模型时，用一个随机的小模型
-        tok = CharTokenizer.from_text(load_corpus("tang_5jue").train)
-        torch.manual_seed(0)
-        model = GPT(preset("course", vocab_size=tok.vocab_size, n_layer=2, n_head=2, n_embd=32))
+    model, tok = demo_model()
     srv = make_server(model, tok, "127.0.0.1", 0)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{srv.server_address[1]}"
@@ -130,6 +142,27 @@ def test_rhyme_toggle_highlights_the_rhyme_characters(demo, browser):
     assert bg not in ("rgba(0, 0, 0, 0)", "transparent")  # 韵脚真的高亮了
     assert want.rhyme_group in browser.js("return document.getElementById('verse').textContent")
     screenshot(browser, "-rhyme")
+
+
+def test_title_field_writes_to_a_title(demo, browser):
+    """题目一栏：页面把题目交给服务器，写出的诗与 generate(title=...) 相同（题目不在正文里）。"""
+    from gptcourse.generate import generate
+    open_page(browser, demo + "/")
+    title = browser.element("#title")
+    browser.call("POST", f"/element/{title}/value", {"text": "送友人"})
+    browser.js("document.getElementById('form').value = arguments[0];", "五绝")
+    browser.js("document.getElementById('seed').value = '5';")
+    browser.call("POST", f"/element/{browser.element('#go')}/click", {})
+    wait_done(browser)
+    poem = browser.js("return document.getElementById('poem').dataset.text")
+    d = {k: browser.js(f"return document.getElementById('{k}').value")
+         for k in ("temperature", "top_p")}
+    model, tok = demo_model()
+    want = generate(model, tok, "", title="送友人", form="五绝", seed=5,
+                    temperature=float(d["temperature"]), top_p=float(d["top_p"]),
+                    rhyme=browser.js("return document.getElementById('rhyme').checked"),
+                    tones=browser.js("return document.getElementById('tones').checked"))
+    assert poem == want and check_form(poem, "五绝") and "《" not in poem, (poem, want)
 
 
 def test_bad_input_shows_an_error_message(demo, browser):
