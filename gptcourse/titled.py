@@ -84,16 +84,23 @@ def rows(split: str, meta: list[dict] | None = None) -> list[tuple[str, str]]:
     return [(t, b) for t, b in ok if normalise(t) not in seen]
 
 
-def encode(pairs: list[tuple[str, str]], tok,
-           errors: str = "strict") -> tuple[torch.Tensor, torch.Tensor]:
+def encode(pairs: list[tuple[str, str]], tok, errors: str = "strict",
+           untitled_every: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """[(题目, 正文)] → (ids [N], targets [N])。
 
     ids 是 ``\\n《题》正文\\n《题》正文\\n…`` 的词元；targets 与 ids 相同，只是题目（含书名号）那些
     位置换成 −1：作为 ``gc.data.get_batch(..., targets=)`` 的目标，损失只算在正文和诗末的换行上。
     ``errors="unk"``：词表外的字记为 <unk>（验证集、测试集里可能有训练集没见过的字）。
+    ``untitled_every=k``：每 k 首里有一首不带题目（照常在全部位置算损失），让微调后的模型不给
+    题目时也照样会写——只学带题目的诗，它会以为每首诗都以“《”开头。
     """
     eos, ids, targets = tok.eos_id, [tok.eos_id], [-1]
-    for title, body in pairs:
+    for i, (title, body) in enumerate(pairs):
+        if untitled_every and i % untitled_every == 0:
+            tail = tok.encode(body, errors=errors) + [eos]
+            ids += tail
+            targets += tail
+            continue
         head = tok.encode(OPEN + check_title(title) + CLOSE, errors=errors)
         tail = tok.encode(body, errors=errors) + [eos]
         ids += head + tail

@@ -144,3 +144,11 @@ def test_title_measurements_on_a_tiny_model(tiny):
     with pytest.raises(UserError, match="不同的题目"):
         gc.evaluate.title_reuse(model, tok, ["春晓", "春晓"])
     assert gc.evaluate.bootstrap_interval([1.0, 1.0]) == (1.0, 1.0)
+
+
+def test_untitled_every_keeps_some_poems_without_a_title(tiny):
+    model, tok = tiny
+    pairs = [("春晓", POEM)] * 4
+    ids, y = titled.encode(pairs, tok, untitled_every=2)
+    assert tok.decode(ids.tolist()).count("《") == 2                    # 第 0、2 首不带题目
+    assert int((y == -1).sum()) == 1 + 2 * 4                              # 开头 + 两个题目

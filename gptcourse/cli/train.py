@@ -80,6 +80,9 @@ def cli_arguments(p) -> None:
     p.add_argument("--titled", action="store_true",
                    help="以题作诗：训练文本是 《题》正文，只在正文上算损失；"
                         "验证集只用训练集里没有的题目（只用于 tang_jinti）")
+    p.add_argument("--untitled-every", type=int, default=2, metavar="K",
+                   help="--titled 时每 K 首里有一首不带题目（默认 2：一半；0 = 全带题目），"
+                        "这样不给题目时模型照样会写")
     p.add_argument("--no-progress", action="store_true")
     # 测试用：每个进程把最终权重的哈希和本进程的损失写进这个目录（检查 DDP 各进程是否一致）
     p.add_argument("--dump-rank-state", default=None, help=argparse.SUPPRESS)
@@ -127,7 +130,10 @@ def cli_main(args) -> int:
         model = GPT(cfg).to(device)
     targets = None
     if args.titled:                             # 《题》正文，题目那几个位置不算损失
-        train_ids, train_y = titled.encode(titled.rows("train"), tok)
+        if args.untitled_every < 0:
+            raise UserError(f"--untitled-every 必须 ≥ 0，收到 {args.untitled_every}")
+        train_ids, train_y = titled.encode(titled.rows("train"), tok,
+                                           untitled_every=args.untitled_every)
         val_ids, val_y = titled.encode(titled.rows("val"), tok, errors="unk")
         targets = {"train": train_y, "val": val_y}
     else:
