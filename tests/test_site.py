@@ -67,3 +67,50 @@ def test_home_and_a_chapter_render_chinese_and_figures(site):
         assert len(sizes) >= 5 and all(w > 0 for w in sizes)
         assert driver.js("return document.querySelectorAll('nav.toc a').length") >= 5
         _screenshot(driver, "site_chapter.png")
+
+
+def _column_and_math(driver, page):
+    driver.call("POST", "/url", {"url": page.as_uri()})
+    for _ in range(100):                                  # 等 KaTeX 排完（DOMContentLoaded 之后）
+        if driver.js("return document.body.dataset.math") == "1":
+            break
+        import time
+        time.sleep(0.1)
+    driver.js("return document.fonts.ready.then(() => true)")
+    width = driver.js("return document.querySelector('main').getBoundingClientRect().width")
+    n_math = driver.js("return document.querySelectorAll('.katex').length")
+    errors = driver.js("return document.querySelectorAll('.katex-error').length")
+    tex_font = driver.js("const el = document.querySelector('.katex .mord');"
+                         "return el ? getComputedStyle(el).fontFamily : ''")
+    loaded = driver.js("return [...document.fonts].filter(f => f.family.startsWith('KaTeX') "
+                       "&& f.status === 'loaded').map(f => f.family)")
+    return width, n_math, errors, tex_font, loaded
+
+
+@needs_chromium
+@pytest.mark.parametrize("window, min_width", [("1400,1000", 700), ("400,900", 300)])
+def test_chapter_works_on_a_desktop_and_a_phone(site, window, min_width):
+    """1400 px 与 400 px：正文列至少 300 px 宽（手机上目录收进按钮里），公式用 KaTeX 的 TeX 字体排出。"""
+    with chromium_session(window=window) as driver:
+        width, n_math, errors, tex_font, loaded = _column_and_math(
+            driver, site / "03_training_loop.html")
+        assert width >= min_width, width
+        assert n_math >= 3 and errors == 0, (n_math, errors)
+        assert "KaTeX" in tex_font and loaded, (tex_font, loaded)
+        toc_visible = driver.js("return getComputedStyle(document.querySelector('nav.toc'))"
+                                ".display !== 'none'")
+        assert toc_visible == window.startswith("1400")   # 手机上目录先收起来
+        if window.startswith("400"):
+            driver.call("POST", f"/element/{driver.element('label.tocbtn')}/click", {})
+            assert driver.js("return getComputedStyle(document.querySelector('nav.toc'))"
+                             ".display") == "block"
+            _screenshot(driver, "site_chapter_400.png")
+
+
+def test_wide_characters_take_two_columns_in_pre_blocks(site):
+    text = (site / "04_evaluation.html").read_text(encoding="utf-8")
+    assert '<span class="zh2">' in text
+    from gptcourse.classroom.site import wide_pre
+    assert wide_pre("<pre>字 a</pre>") == '<pre><span class="zh2">字</span> a</pre>'
+    assert wide_pre('<pre><span class="k">字</span></pre>') == \
+        '<pre><span class="k"><span class="zh2">字</span></span></pre>'

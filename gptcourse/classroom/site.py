@@ -1,8 +1,16 @@
 """把五个笔记本（含提交的输出）渲染成一个静态网站：主页（课程地图、安装）+ 五章 + 章内目录。
 
 渲染用 nbconvert 的 ``basic`` 模板（只出单元格的 HTML），外面套我们自己的页面：导航、上一章/下一章、
-本章目录。网页打开时什么都不从网络加载：课程的中文字体、样式、代码高亮和 MathJax（来自 PyPI 包
-jupyter-server-mathjax）都复制进 ``assets/``，图是内嵌的 PNG。直接双击 index.html 也能看。
+本章目录。网页打开时什么都不从网络加载：课程的中文字体、样式、代码高亮和 KaTeX（连同它的 TeX
+字体，随包分发在 ``gptcourse/classroom/assets/``）都复制进 ``assets/``，图是内嵌的 PNG。
+直接双击 index.html 也能看。
+
+- 公式用 KaTeX 渲染（而不是 MathJax 2：PyPI 上的 jupyter-server-mathjax 没有带 TeX 字体，
+  只能退回 STIX，``fontdata.js`` 还找不到）。课程里的公式（求和、连乘、分式、根号、softmax……）
+  KaTeX 都支持，页面打开时一次排好，不会跳动。
+- 窄屏（手机，≤ 760 px）：本章目录收进页面顶部的“目录”按钮（纯 CSS，不用脚本），正文占满宽度。
+- 输出里用空格对齐的中文表格：``<pre>`` 里每个全角字占两个半角字的宽度（等宽字体里汉字
+  本来只有约 1.7 个半角宽），这样按显示宽度补齐的列在网页上也对得齐。
 """
 from __future__ import annotations
 
@@ -35,8 +43,19 @@ nav.toc { width: 240px; flex: none; padding: 1em; position: sticky; top: 0; alig
 nav.toc a { display: block; color: #555; text-decoration: none; padding: .15em 0; }
 nav.toc a.h3 { padding-left: 1em; font-size: .95em; }
 main { flex: 1; min-width: 0; padding: 1em 2em 4em; }
+#tocbtn, label.tocbtn { display: none; }
+pre .zh2 { display: inline-block; width: 1.2em; text-align: center; }  /* 全角 = 两个半角 */
+@media (max-width: 760px) {
+  .layout { display: block; }
+  label.tocbtn { display: inline-block; margin: .6em 1em 0; padding: .2em .8em; cursor: pointer;
+                 border: 1px solid #c9a66b; border-radius: 4px; background: #fff; }
+  nav.toc { display: none; width: auto; position: static; max-height: none; }
+  #tocbtn:checked ~ .layout nav.toc { display: block; }
+  main { padding: 1em .9em 3em; }
+  header { gap: .6em; }
+}
 main img { max-width: 100%; height: auto; }
-pre, code { font-family: "DejaVu Sans Mono", monospace, "GPTCourse CJK Sans"; }
+pre, code { font-family: "DejaVu Sans Mono", "GPTCourse CJK Sans", monospace; }
 .input_area pre, .highlight pre { background: #f4f1ea; padding: .6em .8em; overflow-x: auto;
                                   border-left: 3px solid #c9a66b; margin: .4em 0; }
 .output_area pre { background: #fff; padding: .4em .8em; overflow-x: auto; margin: .2em 0; }
@@ -47,11 +66,19 @@ table { border-collapse: collapse; margin: .6em 0; } th, td { border: 1px solid 
 .card { background: #fff; border: 1px solid #e5dccb; border-radius: 6px; padding: .8em 1.2em; margin: 1em 0; }
 .card h2 { margin: .2em 0; } .card h2 a { color: #7a1f1f; text-decoration: none; }
 """
-MATHJAX_CONFIG = """<script type="text/x-mathjax-config">
-MathJax.Hub.Config({tex2jax: {inlineMath: [["$", "$"], ["\\\\(", "\\\\)"]], processEscapes: true},
-  showMathMenu: false, messageStyle: "none"});
-</script>
-<script src="assets/mathjax/MathJax.js?config=TeX-AMS-MML_HTMLorMML-full"></script>"""
+KATEX = """<link rel="stylesheet" href="assets/katex/katex.min.css">
+<script defer src="assets/katex/katex.min.js"></script>
+<script defer src="assets/katex/contrib/auto-render.min.js"></script>
+<script defer src="assets/math.js"></script>"""
+# 公式的分隔符与 Jupyter 相同；throwOnError=false：KaTeX 不认识的写法原样显示，不会整页出错
+MATH_JS = """document.addEventListener("DOMContentLoaded", function () {
+  renderMathInElement(document.body, {delimiters: [
+    {left: "$$", right: "$$", display: true}, {left: "\\\\[", right: "\\\\]", display: true},
+    {left: "$", right: "$", display: false}, {left: "\\\\(", right: "\\\\)", display: false}],
+    ignoredTags: ["script", "noscript", "style", "textarea", "pre", "code"], throwOnError: false});
+  document.body.dataset.math = "1";
+});"""
+ASSETS = Path(__file__).resolve().parent / "assets"
 
 
 def chapters() -> list[Path]:
@@ -66,10 +93,11 @@ def _page(title: str, body: str, current: str | None, toc: str = "") -> str:
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>{html.escape(title)} · {TITLE}</title>
 <link rel="stylesheet" href="assets/style.css"><link rel="stylesheet" href="assets/pygments.css">
-{MATHJAX_CONFIG}
+{KATEX}
 </head><body>
 <header><a class="site" href="index.html">{TITLE}</a>{links}</header>
-<div class="layout">{f'<nav class="toc">{toc}</nav>' if toc else ''}<main>{body}</main></div>
+{'<input type="checkbox" id="tocbtn"><label class="tocbtn" for="tocbtn">目录</label>' if toc else ''}
+<div class="layout">{f'<nav class="toc">{toc}</nav>' if toc else ''}<main>{wide_pre(body)}</main></div>
 </body></html>
 """
 
@@ -118,11 +146,24 @@ def _assets(out: Path) -> None:
     (assets / "pygments.css").write_text(HtmlFormatter(style="default").get_style_defs(".highlight"),
                                          encoding="utf-8")
     shutil.copy(FONT, assets / "GPTCourseCJKSans-Regular.otf")
-    import jupyter_server_mathjax
+    shutil.copytree(ASSETS / "katex", assets / "katex", dirs_exist_ok=True)
+    (assets / "math.js").write_text(MATH_JS, encoding="utf-8")
 
-    src = Path(jupyter_server_mathjax.__file__).parent / "static"
-    shutil.copytree(src, assets / "mathjax", dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("SVG", "*.map"))
+
+_PRE = re.compile(r"(<pre[^>]*>)(.*?)(</pre>)", re.S)
+_WIDE = re.compile(r"([\u1100-\u115f\u2e80-\u303e\u3041-\u33ff\u3400-\u4dbf\u4e00-\u9fff"
+                   r"\ua960-\ua97f\uac00-\ud7a3\uf900-\ufaff\ufe30-\ufe4f\uff00-\uff60"
+                   r"\uffe0-\uffe6\U00020000-\U0003fffd])")
+
+
+def wide_pre(body: str) -> str:
+    """``<pre>`` 里的每个全角字包进 ``<span class="zh2">``（宽度 = 两个半角字，见 STYLE）。"""
+    def fix(m):
+        parts = re.split(r"(<[^>]+>)", m.group(2))                # 只改文字，不碰标签
+        text = "".join(p if p.startswith("<") else _WIDE.sub(r'<span class="zh2">\1</span>', p)
+                       for p in parts)
+        return m.group(1) + text + m.group(3)
+    return _PRE.sub(fix, body)
 
 
 def build_site(out: Path, edition: str = "teacher", force: bool = False) -> Path:
