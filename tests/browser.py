@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -20,9 +21,18 @@ CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 ELEMENT = "element-6066-11e4-a52e-4f735466cecf"          # W3C WebDriver 规定的元素键名
 
-needs_chromium = pytest.mark.skipif(
-    not (CHROMIUM and DRIVER),
-    reason="没有找到 chromium / chromedriver（Debian：apt-get install chromium chromium-driver）")
+MISSING = "没有找到 chromium / chromedriver（Debian：apt-get install chromium chromium-driver）"
+# CI=true 时（.ci/run 负责安装浏览器）缺了浏览器就是失败，而不是悄悄跳过
+needs_chromium = pytest.mark.usefixtures("chromium_available")
+
+
+@pytest.fixture(scope="session")
+def chromium_available():
+    if CHROMIUM and DRIVER:
+        return
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(MISSING + "；CI 里浏览器测试不能跳过")
+    pytest.skip(MISSING)
 
 
 def _free_port() -> int:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+from browser import chromium_available  # noqa: F401  浏览器测试的夹具（tests/browser.py）
+
 TINY_POEMS = [
     "床前明月光，疑是地上霜。举头望明月，低头思故乡。",
     "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
