@@ -1,0 +1,116 @@
+"""笔记本 02 的教师版：学员写的每个零件都真的被学员的 GPT 用上，而且整个模型等于包里的模型。
+
+从笔记本里取出定义模型的那些单元格（练习的答案与给定的接线），在一个干净的命名空间里执行；
+给每个练习函数 / 每个类的 ``forward`` 装上计数器，跑一次前向，确认每一个都被调用过，
+再确认装上训练好的检查点后 logits 与 ``gc.model.GPT`` 相同、贪心续写逐字相同。
+"""
+from __future__ import annotations
+
+import functools
+
+import nbformat
+import pytest
+import torch
+
+import gptcourse as gc
+from gptcourse.check import nb02
+from gptcourse.config import preset
+from gptcourse.runtime import ROOT
+
+NOTEBOOK = ROOT / "notebooks" / "02_attention_mask.ipynb"
+EXERCISE_CELLS = {f"nb02-{n}" for n in ("scaled_attention", "causal_mask", "split_merge_heads",
+                                        "rope_pair", "rope_rotate", "mlp", "layernorm", "rmsnorm",
+                                        "attention_module", "gpt_block", "gpt_model")}
+GIVEN_CELLS = ("def rope_tables(", "class LayerNorm(")            # 给定的角度表与接线
+FUNCTIONS = ("attention", "causal_mask", "split_heads", "merge_heads", "rope_pair", "rotate",
+             "layernorm")
+CLASSES = ("RMSNorm", "MLP", "CausalSelfAttention", "Block", "GPT")
+
+
+def _model_cells() -> list[str]:
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    cells = [c.source for c in nb.cells if c.cell_type == "code" and (
+        c.metadata.get("nbgrader", {}).get("grade_id") in EXERCISE_CELLS
+        or any(g in c.source for g in GIVEN_CELLS))]
+    assert len(cells) == len(EXERCISE_CELLS) + len(GIVEN_CELLS)        # 每个练习一格
+    return cells
+
+
+@pytest.fixture()
+def learner(capsys):
+    """执行笔记本里的模型单元格 → 命名空间；每个练习都带上计数器。"""
+    ns = {"math": __import__("math"), "torch": torch, "nn": torch.nn,
+          "F": torch.nn.functional, "gc": gc}
+    for src in _model_cells():
+        exec(compile(src, str(NOTEBOOK), "exec"), ns)              # noqa: S102 - 课程自己的笔记本
+    capsys.readouterr()
+    calls = dict.fromkeys(FUNCTIONS + CLASSES, 0)
+
+    def counted(name, fn):
+        @functools.wraps(fn)
+        def spy(*args, **kwargs):
+            calls[name] += 1
+            return fn(*args, **kwargs)
+        return spy
+
+    for name in FUNCTIONS:
+        assert not gc.check.is_stub(ns[name]), name                 # 教师版：都是学员写好的
+        ns[name] = counted(name, ns[name])                          # 模型按名字在这里查找它们
+    for name in CLASSES:
+        cls = ns[name]
+        cls.forward = counted(name, cls.forward)
+    return ns, calls
+
+
+def _greedy(model, ids: list[int], n: int) -> list[int]:
+    ids = list(ids)
+    with torch.no_grad():
+        for _ in range(n):
+            out = model(torch.tensor([ids]))
+            logits = out[0] if isinstance(out, tuple) else out
+            ids.append(int(logits[0, -1].argmax()))
+    return ids
+
+
+def test_the_learners_gpt_calls_every_piece_and_equals_the_shipped_model(learner):
+    ns, calls = learner
+    shipped, tok, _ = gc.checkpoint.load()
+    mine = ns["GPT"](shipped.config).eval()
+    assert calls["causal_mask"] == shipped.config.n_layer           # 每层的掩码 buffer 都由它建
+    assert all(torch.equal(a.attn.mask, b.attn.mask) for a, b in zip(mine.blocks, shipped.blocks))
+    mine.load_state_dict(shipped.state_dict())
+    val = torch.tensor(tok.encode(gc.data.load_corpus("tang_jinti").val, errors="unk"))
+    x = val[: 2 * 64].view(2, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(mine(x), shipped(x)[0])
+    used = {k for k, v in calls.items() if v} | {"layernorm"}       # layernorm：课程模型用 RMSNorm
+    assert used == set(calls), f"学员的 GPT 没有调用：{set(calls) - used}"
+    assert calls["rotate"] == 2 * shipped.config.n_layer            # 每层转 Q、K 各一次
+    assert calls["rope_pair"] == calls["rotate"]                    # rotate 用 rope_pair 转
+    prompt = tok.encode("春风")
+    assert _greedy(mine, prompt, 10) == _greedy(shipped, prompt, 10)
+
+
+def test_the_mini_design_runs_through_the_learners_layernorm(learner):
+    ns, calls = learner
+    torch.manual_seed(0)
+    ref = gc.model.GPT(preset("mini", vocab_size=60, n_layer=2)).eval()
+    mine = ns["GPT"](ref.config).eval()
+    mine.load_state_dict(ref.state_dict())
+    idx = torch.randint(60, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        torch.testing.assert_close(mine(idx), ref(idx)[0])
+    assert calls["layernorm"] == 2 * 2 + 1                          # 每块两个 + 最终归一化
+    assert calls["rotate"] == 0                                     # 学习式位置：没有 RoPE
+
+
+def test_the_spies_notice_a_module_that_inlines_the_pieces(learner):
+    """对照：注意力模块若把各步写在自己身上（评审里的旧写法），计数器看得出来。"""
+    ns, calls = learner
+    ns["CausalSelfAttention"].forward = nb02.solution_attention_forward   # 只用 solution_*
+    shipped, _, _ = gc.checkpoint.load()
+    mine = ns["GPT"](shipped.config).eval()
+    mine.load_state_dict(shipped.state_dict())
+    with torch.no_grad():
+        torch.testing.assert_close(mine(torch.arange(20)[None]), shipped(torch.arange(20)[None])[0])
+    assert calls["attention"] == calls["split_heads"] == calls["rotate"] == 0
