@@ -114,3 +114,43 @@ def test_the_spies_notice_a_module_that_inlines_the_pieces(learner):
     with torch.no_grad():
         torch.testing.assert_close(mine(torch.arange(20)[None]), shipped(torch.arange(20)[None])[0])
     assert calls["attention"] == calls["split_heads"] == calls["rotate"] == 0
+
+
+# ------------------------------------------------------- gc.viz.heads（第 10 节的分析代码）
+def _tiny_model_and_poems():
+    wu = "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"
+    qi = "朝辞白帝彩云间，千里江陵一日还。两岸猿声啼不住，轻舟已过万重山。"
+    tok = gc.tokenizer.CharTokenizer.from_text(wu + qi)
+    torch.manual_seed(0)
+    model = gc.model.GPT(preset("teacher", vocab_size=tok.vocab_size, n_layer=2, n_head=2,
+                                n_embd=16, block_size=64)).eval()
+    return model, tok.encode, wu, qi
+
+
+def test_rhyme_attention_reads_the_second_line_foot_from_the_fourth():
+    model, encode, wu, qi = _tiny_model_and_poems()
+    heads = gc.viz.heads
+    assert (heads.line_tokens(wu), heads.line_tokens(qi)) == (6, 8)
+    for poem, offset in ((wu, 11), (qi, 15)):
+        r = heads.rhyme_attention(model, encode, [poem])
+        assert r["offset"] == offset and r["n"] == 1 and r["weight"].shape == (4,)
+        t, foot2 = 4 * heads.line_tokens(poem) - 3, 2 * heads.line_tokens(poem) - 2
+        assert (poem[t + 1], poem[foot2]) in (("楼", "流"), ("山", "还"))   # 第 4、2 句的韵脚
+        want = torch.stack(model.attention_maps(torch.tensor([encode(poem)])))[:, 0, :, t, foot2]
+        torch.testing.assert_close(r["weight"], want.flatten())
+    with pytest.raises(gc.errors.UserError, match="同一种诗体"):
+        heads.rhyme_attention(model, encode, [wu, qi])
+
+
+def test_offset_profiles_and_ablation():
+    model, encode, wu, qi = _tiny_model_and_poems()
+    heads = gc.viz.heads
+    prof = heads.offset_profiles(model, encode, [wu], max_off=23)
+    assert prof["profile"].shape == (4, 24) and len(prof["names"]) == 4
+    # 每个位置的权重总和为 1：按偏移求和再乘每个偏移的位置数，正好是 T
+    counts = torch.tensor([24 - o for o in range(24)], dtype=torch.float)
+    torch.testing.assert_close((prof["profile"] * counts).sum(1), torch.full((4,), 24.0))
+    cut = heads.ablate_head(model, 1, 0)
+    assert cut.blocks[1].attn.proj.weight[:, :8].abs().sum() == 0
+    assert model.blocks[1].attn.proj.weight[:, :8].abs().sum() > 0          # 原模型不变
+    assert heads.poem_loss(cut, encode, [wu]) != heads.poem_loss(model, encode, [wu])
