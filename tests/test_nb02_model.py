@@ -154,3 +154,19 @@ def test_offset_profiles_and_ablation():
     assert cut.blocks[1].attn.proj.weight[:, :8].abs().sum() == 0
     assert model.blocks[1].attn.proj.weight[:, :8].abs().sum() > 0          # 原模型不变
     assert heads.poem_loss(cut, encode, [wu]) != heads.poem_loss(model, encode, [wu])
+
+
+def test_exercises_appear_in_the_notebook_in_the_order_of_EXERCISES():
+    """练习的编号（小结里的“练习 N”）取自 EXERCISES 的顺序：它必须与笔记本里答案单元格的顺序一致，
+    而且每个练习都有一个检查单元格。"""
+    nb = nbformat.read(NOTEBOOK, as_version=4)
+    ids = [c.metadata.get("nbgrader", {}).get("grade_id", "") for c in nb.cells]
+    answers = [g.removeprefix("nb02-") for g in ids if g.startswith("nb02-")
+               and not g.endswith("-check")]
+    assert answers == list(nb02.EXERCISES)
+    assert [g.removeprefix("nb02-").removesuffix("-check") for g in ids
+            if g.endswith("-check")] == list(nb02.EXERCISES)
+    for i, name in enumerate(nb02.EXERCISES, 1):
+        heading = [c.source for c in nb.cells if c.cell_type == "markdown"
+                   and (f"### 练习 {i}：" in c.source or f"### 练习 {i}（" in c.source)]
+        assert heading, f"没有“练习 {i}”（{name}）的题目"
