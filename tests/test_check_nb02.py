@@ -168,7 +168,11 @@ REFERENCE = {
     "guess_sqrt_c": lambda: (nb02.solution_guess_sqrt_c(),),
     "split_merge_heads": lambda: (nb02.solution_split_heads, nb02.solution_merge_heads),
     "rope_pair": lambda: (nb02.solution_rope_pair,),
+    "rope_rotate": lambda: (nb02.solution_rotate,),
+    "mlp": lambda: (_MyMLP,),
     "layernorm": lambda: (nb02.solution_layernorm,),
+    "rmsnorm": lambda: (_MyRMSNorm,),
+    "attention_module": lambda: (_MyAttention,),
     "gpt_block": lambda: (Block,),
     "gpt_model": lambda: (MyGPT,),
     "guess_norm": lambda: (nb02.solution_guess_norm(),),
@@ -212,7 +216,7 @@ def test_stubs_and_none_say_not_done(passes, capsys):
     def stub(*a):
         raise NotImplementedError("提示：写一写")
 
-    for name in ("causal_mask", "scaled_attention", "rope_pair", "layernorm"):
+    for name in ("causal_mask", "scaled_attention", "rope_pair", "rope_rotate", "layernorm"):
         ok, out = passes(getattr(nb02, name), stub)
         assert not ok and "还没完成" in out
     for name in ("guess_saturation", "guess_norm", "guess_offset", "param_count"):
@@ -232,28 +236,41 @@ def test_causal_mask(passes, capsys):
         assert not ok and hint in out, (hint, out)
 
 
-def _masked_after_softmax(q, k, v):
-    T = q.shape[-2]
+def _masked_after_softmax(q, k, v, mask):
     w = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
-    return (w * torch.tril(torch.ones(T, T))) @ v
+    return (w * mask) @ v
 
 
-def _softmax_dim_minus_2(q, k, v):
-    T = q.shape[-2]
+def _softmax_dim_minus_2(q, k, v, mask):
     att = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))
-    att = att.masked_fill(~torch.tril(torch.ones(T, T, dtype=torch.bool)), float("-inf"))
+    att = att.masked_fill(~mask, float("-inf"))
     return torch.nan_to_num(F.softmax(att, dim=-2)) @ v
+
+
+def _own_tril(q, k, v, mask):
+    """评审里的情形：不用传进来的 mask，自己造下三角（在因果掩码上恰好对）。"""
+    T = q.shape[-2]
+    return nb02.solution_scaled_attention(q, k, v, torch.tril(torch.ones(T, T)).bool())
+
+
+def _inverted(q, k, v, mask):
+    att = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(mask, float("-inf"))
+    return F.softmax(att, dim=-1) @ v
 
 
 def test_scaled_attention(passes, capsys):
     sdpa = F.scaled_dot_product_attention
-    cases = {"因果掩码": lambda q, k, v: sdpa(q, k, v),
-             "√D": lambda q, k, v: sdpa(q, k, v, is_causal=True, scale=1.0),
-             "n_embd": lambda q, k, v: sdpa(q, k, v, is_causal=True, scale=1 / math.sqrt(24)),
-             "除以的是 D": lambda q, k, v: sdpa(q, k, v, is_causal=True, scale=1 / 8),
+    cases = {"没有用掩码": lambda q, k, v, m: sdpa(q, k, v),
+             "√D": lambda q, k, v, m: sdpa(q, k, v, attn_mask=m, scale=1.0),
+             "n_embd": lambda q, k, v, m: sdpa(q, k, v, attn_mask=m, scale=1 / math.sqrt(24)),
+             "除以的是 D": lambda q, k, v, m: sdpa(q, k, v, attn_mask=m, scale=1 / 8),
              "dim=-1": _softmax_dim_minus_2,
              "softmax 之后": _masked_after_softmax,
-             "形状": lambda q, k, v: q[..., 0]}
+             "传进来的 mask": _own_tril,
+             "True/False": _inverted,
+             "形状": lambda q, k, v, m: q[..., 0]}
+    assert passes(nb02.scaled_attention, lambda q, k, v, m: gc.model.causal_attention(
+        q, k, v, m)[0])[0]
     for hint, fn in cases.items():
         ok, out = passes(nb02.scaled_attention, fn)
         assert not ok and hint in out, (hint, out)
@@ -272,7 +289,28 @@ def test_prediction_questions(passes, capsys):
         ok, out = passes(checker, "D")
         assert not ok and "选项字母" in out
     ok, out = passes(nb02.guess_saturation, "A")
-    assert "√D" in out and "梯度" in out
+    assert "√D" in out
+
+
+def test_predictions_are_judged_against_the_measured_values(passes, capsys):
+    """给了这次实验量出的数，正确的选项由它定（换一组数，答案跟着变）。"""
+    cases = [(nb02.guess_saturation, {"wmax": (0.63, 0.91)}, "B"),
+             (nb02.guess_saturation, {"wmax": (0.9, 0.5)}, "A"),
+             (nb02.guess_saturation, {"wmax": (0.6, 0.62)}, "C"),
+             (nb02.guess_sqrt_c, {"entropy": {"÷√C": 0.96, "÷√D": 0.85}}, "B"),
+             (nb02.guess_sqrt_c, {"entropy": {"÷√C": 0.7, "÷√D": 0.85}}, "A"),
+             (nb02.guess_norm, {"val_loss": {"Pre-Norm": 3.1, "Post-Norm": 3.6}}, "A"),
+             (nb02.guess_norm, {"val_loss": {"Pre-Norm": 3.6, "Post-Norm": 3.1}}, "B"),
+             (nb02.guess_norm, {"val_loss": {"Pre-Norm": 3.30, "Post-Norm": 3.32}}, "C"),
+             (nb02.guess_init_growth, {"stds": (0.04, 0.28)}, "B"),
+             (nb02.guess_init_growth, {"stds": (0.28, 0.27)}, "A"),
+             (nb02.guess_init_growth, {"stds": (0.28, 0.04)}, "C")]
+    for checker, measured, right in cases:
+        assert checker(right, **measured), (checker.__name__, measured)
+        assert "正确 ✓" in capsys.readouterr().out
+        for wrong in set("ABC") - {right}:
+            assert not checker(wrong, **measured)
+            assert "还不对" in capsys.readouterr().out
 
 
 def test_guess_offset(passes, capsys):
@@ -304,17 +342,129 @@ def test_split_merge_heads(passes, capsys):
 
 
 def test_rope_pair(passes, capsys):
-    def backwards(x1, x2, m, th):
-        a = m * th
-        return x1 * math.cos(a) + x2 * math.sin(a), -x1 * math.sin(a) + x2 * math.cos(a)
+    cases = {"方向反了": lambda x1, x2, c, s: (x1 * c + x2 * s, -x1 * s + x2 * c),
+             "长度": lambda x1, x2, c, s: (2 * x1, 2 * x2),
+             "应得": lambda x1, x2, c, s: (x1 * s - x2 * c, x1 * c + x2 * s),
+             "张量": lambda x1, x2, c, s: (x1 * math.cos(math.acos(c)) - x2 * s,
+                                          x1 * s + x2 * c)}
+    for hint, fn in cases.items():
+        ok, out = passes(nb02.rope_pair, fn)
+        assert not ok and hint in out, (hint, out)
 
-    ok, out = passes(nb02.rope_pair, backwards)
-    assert not ok and "方向反了" in out
-    ok, out = passes(nb02.rope_pair, lambda x1, x2, m, th: nb02.solution_rope_pair(
-        x1, x2, 1, th))
-    assert not ok and "m·θ" in out
-    ok, out = passes(nb02.rope_pair, lambda x1, x2, m, th: (2 * x1, 2 * x2))
-    assert not ok and "长度" in out
+
+def test_rope_rotate(passes, capsys):
+    def chunks(x):
+        return x.chunk(2, dim=-1)
+
+    cases = {"interleaved": gc.rope.apply_rope_interleaved,
+             "没有旋转": lambda x, c, s: x,
+             "方向反了": lambda x, c, s: gc.rope.apply_rope(x, c, -s),
+             "拼接的顺序": lambda x, c, s: torch.cat(nb02.solution_rope_pair(
+                 *chunks(x), c, s)[::-1], dim=-1),
+             "长度": lambda x, c, s: torch.cat([chunks(x)[0] * c, chunks(x)[1] * c], dim=-1),
+             "形状": lambda x, c, s: x[..., :4]}
+    for hint, fn in cases.items():
+        ok, out = passes(nb02.rope_rotate, fn)
+        assert not ok and hint in out, (hint, out)
+
+
+class _MyRMSNorm(nn.Module):
+    def __init__(self, C, eps=1e-5):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.ones(C))
+
+    forward = nb02.solution_rmsnorm_forward
+
+
+def test_rmsnorm(passes, capsys):
+    def with_forward(fn):
+        return type("Wrong", (_MyRMSNorm,), {"forward": fn})
+
+    cases = {"γ": lambda self, x: x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps),
+             "LayerNorm": lambda self, x: F.layer_norm(x, x.shape[-1:], eps=self.eps)
+             * self.weight,
+             "开方": lambda self, x: x / (x.pow(2).mean(-1, keepdim=True).sqrt() + self.eps)
+             * self.weight,
+             "平方和": lambda self, x: x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + self.eps)
+             * self.weight}
+    for hint, fn in cases.items():
+        ok, out = passes(nb02.rmsnorm, with_forward(fn))
+        assert not ok and hint in out, (hint, out)
+
+    class Renamed(_MyRMSNorm):
+        def __init__(self, C, eps=1e-5):
+            super().__init__(C, eps)
+            self.gamma = self.weight
+            del self.weight
+
+    ok, out = passes(nb02.rmsnorm, Renamed)
+    assert not ok and "对不上" in out
+
+
+class _MyMLP(_MLP):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        if not self.swiglu:
+            self.act = nn.GELU(approximate=cfg.gelu_approx)
+
+    forward = nb02.solution_mlp_forward
+
+
+def test_mlp(passes, capsys):
+    def with_forward(fn):
+        return type("Wrong", (_MyMLP,), {"forward": fn})
+
+    cases = {"套在了 up 上": lambda s, x: s.down(s.gate(x) * F.silu(s.up(x))),
+             "少了 silu": lambda s, x: s.down(s.gate(x) * s.up(x)),
+             "up 那一路": lambda s, x: s.down(F.silu(s.gate(x))),
+             "GELU": lambda s, x: s.down(F.gelu(s.gate(x)) * s.up(x))}
+    for hint, fn in cases.items():
+        ok, out = passes(nb02.mlp, with_forward(fn))
+        assert not ok and hint in out, (hint, out)
+
+    def relu(s, x):
+        return s.down(F.silu(s.gate(x)) * s.up(x)) if s.swiglu else s.proj(F.relu(s.fc(x)))
+
+    def tanh(s, x):
+        return s.down(F.silu(s.gate(x)) * s.up(x)) if s.swiglu else s.proj(
+            F.gelu(s.fc(x), approximate="tanh"))
+
+    for hint, fn in (("ReLU", relu), ("tanh", tanh)):
+        ok, out = passes(nb02.mlp, with_forward(fn))
+        assert not ok and hint in out, (hint, out)
+
+
+class _MyAttention(_Attn):
+    forward = nb02.solution_attention_forward
+
+
+def test_attention_module(passes, capsys):
+    split, merge = nb02.solution_split_heads, nb02.solution_merge_heads
+
+    def variant(rot_v=False, rope_on=True, proj=True, mask=True, k_too=True):
+        def forward(self, x, rope=None):
+            B, T, C = x.shape
+            q, k, v = (split(t, self.n_head) for t in self.qkv(x).split(C, -1))
+            if rope is not None and rope_on:
+                q = nb02.solution_rotate(q, *rope)
+                k = nb02.solution_rotate(k, *rope) if k_too else k
+                v = nb02.solution_rotate(v, *rope) if rot_v else v
+            m = self.mask[:T, :T] if mask else torch.ones(T, T, dtype=torch.bool)
+            y = merge(nb02.solution_scaled_attention(q, k, v, m))
+            return self.proj(y) if proj else y
+        return type("Wrong", (_Attn,), {"forward": forward})
+
+    def unsliced(self, x, rope=None):
+        q, k, v = (split(t, self.n_head) for t in self.qkv(x).split(x.shape[-1], -1))
+        return self.proj(merge(nb02.solution_scaled_attention(q, k, v, self.mask)))
+
+    cases = {"V 也转了": variant(rot_v=True), "没有用 rope": variant(rope_on=False),
+             "只转了 Q": variant(k_too=False), "输出投影": variant(proj=False),
+             "因果掩码": variant(mask=False),
+             "self.mask[:T, :T]": type("Wrong", (_Attn,), {"forward": unsliced})}
+    for hint, cls in cases.items():
+        ok, out = passes(nb02.attention_module, cls)
+        assert not ok and hint in out, (hint, out)
 
 
 def test_layernorm(passes, capsys):

@@ -24,7 +24,7 @@ from gptcourse.classroom.student import BEGIN, END, HOW_TO_SUBMIT, student_noteb
 from gptcourse.runtime import ROOT
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))
-CHAPTERS = ("nb01", "nb01_bpe", "nb02", "nb02_model", "nb03", "nb04", "nb05")
+CHAPTERS = ("nb01", "nb01_bpe", "nb02", "nb02_model", "nb02_parts", "nb03", "nb04", "nb05")
 # 正文里本来就完整写出的代码（练习是它的重写，不是答案泄漏）：05 第 29 格的 my_top_p 就是
 # solution_top_p。要把它变成真正的练习（第 29 格成为存根），见 issue 22 第 3 条。
 GIVEN_IN_TEXT = {"05_inference.ipynb": {"nb05.solution_top_p"}}

@@ -12,19 +12,21 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..model import causal_attention
 from ._common import _call, _fail, _ok, choice, exercise, register
+from .nb02_parts import (attention_module, mlp, rmsnorm, rope_rotate,  # noqa: F401
+                         solution_mlp_forward, solution_rmsnorm_forward, solution_rope_pair,
+                         solution_rotate)
 from .nb02_model import (_CFGS, EXERCISE_CONFIG, gpt_block, gpt_model,  # noqa: F401
                          leak_test, leaky_model, param_count, reference_block, reference_gpt,
                          solution_block_forward, solution_gpt_forward, solution_make_leaky,
                          solution_param_count)
 
-__all__ = ["EXERCISE_CONFIG", "causal_mask", "scaled_attention", "guess_saturation",
-           "guess_sqrt_c", "split_merge_heads", "rope_pair", "layernorm", "gpt_block", "gpt_model",
-           "leaky_model", "guess_norm", "guess_init_growth", "param_count", "guess_offset"]
-
 EXERCISES = ("scaled_attention", "causal_mask", "guess_saturation", "guess_sqrt_c",
-             "split_merge_heads", "rope_pair", "layernorm", "gpt_block", "gpt_model",
-             "leaky_model", "guess_norm", "guess_init_growth", "param_count", "guess_offset")
+             "split_merge_heads", "rope_pair", "rope_rotate", "mlp", "layernorm", "rmsnorm",
+             "attention_module", "gpt_block", "gpt_model", "leaky_model", "guess_norm",
+             "guess_init_growth", "guess_offset", "param_count")
+__all__ = ["EXERCISE_CONFIG", *EXERCISES]
 
 
 # ---------------------------------------------------------------- 参考答案
@@ -33,12 +35,13 @@ def solution_causal_mask(T: int) -> torch.Tensor:
     return torch.tril(torch.ones(T, T, dtype=torch.bool))
 
 
-def solution_scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """带因果掩码的缩放点积注意力。q, k, v: [B, H, T, D] → [B, H, T, D]。"""
-    T, D = q.shape[-2], q.shape[-1]
-    att = q @ k.transpose(-2, -1) / math.sqrt(D)                     # [B, H, T, T]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    att = att.masked_fill(~mask, float("-inf"))
+def solution_scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                              mask: torch.Tensor) -> torch.Tensor:
+    """带掩码的缩放点积注意力（= ``gc.model.causal_attention`` 的第一个输出）。
+
+    q [B, H, T, D]，k、v [B, H, S, D]，mask [T, S]（True = 可以看）→ [B, H, T, D]。"""
+    att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])          # [B, H, T, S]
+    att = att.masked_fill(~mask, float("-inf"))                      # 看不见的 → −∞
     return F.softmax(att, dim=-1) @ v
 
 
@@ -54,10 +57,15 @@ def solution_merge_heads(y: torch.Tensor) -> torch.Tensor:
     return y.transpose(1, 2).contiguous().view(B, T, H * D)
 
 
-def solution_rope_pair(x1: float, x2: float, m: int, theta: float) -> tuple[float, float]:
-    """把一对维度 (x1, x2) 在位置 m 处按角度 m·θ 逆时针旋转。"""
-    a = m * theta
-    return x1 * math.cos(a) - x2 * math.sin(a), x1 * math.sin(a) + x2 * math.cos(a)
+def solution_attention_forward(self, x, rope=None):
+    """``CausalSelfAttention.forward``：qkv → 拆头 →（RoPE 只转 Q、K）→ 掩码注意力 → 合并 →
+    投影。"""
+    B, T, C = x.shape
+    q, k, v = (solution_split_heads(t, self.n_head) for t in self.qkv(x).split(C, dim=-1))
+    if rope is not None:
+        q, k = solution_rotate(q, *rope), solution_rotate(k, *rope)
+    y = solution_scaled_attention(q, k, v, self.mask[:T, :T])
+    return self.proj(solution_merge_heads(y))
 
 
 def solution_layernorm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
@@ -92,6 +100,10 @@ SOLUTIONS = register("nb02", {
     "scaled_attention": solution_scaled_attention,
     "split_merge_heads": (solution_split_heads, solution_merge_heads),
     "rope_pair": solution_rope_pair,
+    "rope_rotate": solution_rotate,
+    "mlp": solution_mlp_forward,
+    "rmsnorm": solution_rmsnorm_forward,
+    "attention_module": solution_attention_forward,
     "layernorm": solution_layernorm,
     "gpt_block": solution_block_forward,
     "gpt_model": solution_gpt_forward,
@@ -136,55 +148,85 @@ def causal_mask(fn) -> bool:
 
 @exercise
 def scaled_attention(fn) -> bool:
-    """练习：``attention(q, k, v)``，q/k/v [B,H,T,D]，返回带因果掩码的缩放点积注意力。"""
+    """练习：``attention(q, k, v, mask)``：q [B,H,T,D]，k、v [B,H,S,D]，
+    mask [T,S]（True = 可以看）。"""
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 3, 6, 8, generator=g) for _ in range(3))
-    out, err = _call(fn, q, k, v)
+    causal = solution_causal_mask(6)
+    out, err = _call(fn, q, k, v, causal)
     if err:
         return _fail(err)
     if not isinstance(out, torch.Tensor) or out.shape != q.shape:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         return _fail(f"输出形状应为 {tuple(q.shape)}，收到 {shape}")
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    ref = causal_attention(q, k, v, causal)[0]
 
     def close(t):
         return torch.allclose(out, t, atol=1e-5)
 
     if close(ref):
-        return _ok()
+        window = causal & ~solution_causal_mask(6).tril(-3)          # 只看最近 3 个字的掩码
+        got, err = _call(fn, q, k, v, window)
+        if err:
+            return _fail(f"换一个掩码（每个字只看最近 3 个字）时 {err}")
+        if isinstance(got, torch.Tensor) and torch.allclose(got, causal_attention(
+                q, k, v, window)[0], atol=1e-5):
+            return _ok()
+        return _fail("换一个掩码（每个字只看最近 3 个字）结果却没变：你自己造了下三角，"
+                     "没有用传进来的 mask。模型会把它的掩码 buffer 切好传给你")
+    if torch.isnan(out).any() and torch.isnan(out).all(-1).any():
+        return _fail("输出里有 NaN：True/False 用反了。这里 True = 可以看，"
+                     "要填 −∞ 的是 ~mask（看不见的位置）")
     if close(F.scaled_dot_product_attention(q, k, v)):
-        return _fail("没有因果掩码：每个位置都看到了未来（把对角线以上的分数填成 −∞）")
+        return _fail("没有用掩码：每个位置都看到了未来（把 mask 为 False 的分数填成 −∞）")
     if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)):
         return _fail("忘了除以 √D（D = head_dim）：分数太大，softmax 会饱和")
     if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(3 * 8))):
         return _fail("除以的是 √(n_embd) = √(H·D)，应该除以 √(head_dim)")
     if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / 8)):
         return _fail("除以的是 D，应该除以 √D")
-    att = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(
-        ~solution_causal_mask(6), float("-inf"))
+    att = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~causal, float("-inf"))
     if close(torch.nan_to_num(F.softmax(att, dim=-2)) @ v):
         return _fail("softmax 的维度不对：应在最后一维（键）上归一化，dim=-1")
-    after = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) * solution_causal_mask(6)
+    after = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) * causal
     if close(after @ v):
         return _fail("掩码放在了 softmax 之后：被遮住的权重变成 0，但每行之和不再是 1。"
                      "应先把分数填成 −∞，再做 softmax")
-    return _fail("数值与 F.scaled_dot_product_attention(q, k, v, is_causal=True) 不一致")
+    return _fail("数值与 gc.model.causal_attention(q, k, v, mask) 的输出不一致")
+
+
+def _trend(first: float, last: float, up: str, down: str, flat: str, tol: float) -> str:
+    """由实验量出的两个数定出正确的选项：明显变大 → up，明显变小 → down，否则 flat。"""
+    if last - first > tol:
+        return up
+    if first - last > tol:
+        return down
+    return flat
 
 
 @exercise
-def guess_saturation(guess) -> bool:
-    """预测题：不缩放时，head_dim 从 16 增大到 256，softmax 的权重与梯度会怎样？"""
-    return choice(guess, "B", hints={
-        "A": "反了：q·k 是 D 项之和，标准差约为 √D。D 越大分数越大，softmax 越接近 one-hot，"
-             "而接近 one-hot 的 softmax 梯度接近 0",
-        "C": "会变：不缩放时分数的标准差随 √D 增长，softmax 会越来越“尖”"})
+def guess_saturation(guess, wmax: tuple[float, float] | None = None) -> bool:
+    """预测题：不缩放时，head_dim 从 16 增大到 256，每行最大的注意力权重会怎样？
+
+    ``wmax``：这次实验量出的（D 最小, D 最大）时不缩放的每行最大权重；给了就按它判。"""
+    right = "B" if wmax is None else _trend(*wmax, up="B", down="A", flat="C", tol=0.05)
+    seen = "" if wmax is None else f"这次量到的最大权重从 {wmax[0]:.2f} 变到 {wmax[1]:.2f}。"
+    return choice(guess, right, hints={
+        "A": seen + "反了：q·k 是 D 项之和，标准差约为 √D。D 越大分数越大，softmax 越接近 one-hot",
+        "B": seen + "看看表里不缩放那几行的最大权重",
+        "C": seen + "会变：不缩放时分数的标准差随 √D 增长，softmax 会越来越“尖”"})
 
 
 @exercise
-def guess_sqrt_c(guess) -> bool:
-    """预测题：多头注意力里改成除以 √n_embd（而不是 √head_dim），注意力分布会怎样？"""
-    return choice(guess, "B", hints={
+def guess_sqrt_c(guess, entropy: dict | None = None) -> bool:
+    """预测题：多头注意力里改成除以 √n_embd（而不是 √head_dim），注意力分布会怎样？
+
+    ``entropy``：这次实验量出的 {"÷√C": 归一化熵, "÷√D": 归一化熵}；熵越大越平。"""
+    right = "B" if entropy is None else _trend(entropy["÷√D"], entropy["÷√C"], up="B", down="A",
+                                               flat="C", tol=0.01)
+    return choice(guess, right, hints={
         "A": "反了：C = H·D 比 D 大，除以 √C 让分数更小，softmax 更接近平均",
+        "B": "看看实验里 ÷√C 与 ÷√D 的熵谁大",
         "C": "会变：除以 √C 比除以 √D 多缩小了 √H 倍"})
 
 
@@ -221,29 +263,39 @@ def split_merge_heads(split, merge) -> bool:
 
 @exercise
 def rope_pair(fn) -> bool:
-    """练习：``rope_pair(x1, x2, m, theta)`` 把一对维度按角度 m·θ 旋转，返回 (y1, y2)。"""
-    cases = [(1.0, 0.0, 1, 0.5), (0.3, -1.2, 3, 0.25), (2.0, 1.0, 7, 0.01), (0.5, 0.5, 0, 1.0)]
-    for x1, x2, m, th in cases:
-        out, err = _call(fn, x1, x2, m, th)
+    """练习：``rope_pair(x1, x2, cos, sin)`` 把坐标 (x1, x2) 逆时针旋转角度 a，返回 (y1, y2)。"""
+    cases = [(1.0, 0.0, 0.5), (0.3, -1.2, 0.75), (2.0, 1.0, 3.0), (0.5, 0.5, 0.0)]
+    for x1, x2, a in cases:
+        c, s = math.cos(a), math.sin(a)
+        out, err = _call(fn, x1, x2, c, s)
         if err:
             return _fail(err)
         try:
             y1, y2 = (float(v) for v in out)
         except (TypeError, ValueError):
             return _fail(f"应返回两个数 (y1, y2)，收到 {out!r}")
-        r1, r2 = solution_rope_pair(x1, x2, m, th)
+        r1, r2 = solution_rope_pair(x1, x2, c, s)
         if math.isclose(y1, r1, abs_tol=1e-5) and math.isclose(y2, r2, abs_tol=1e-5):
             continue
-        w1, w2 = solution_rope_pair(x1, x2, -m, th)
+        w1, w2 = solution_rope_pair(x1, x2, c, -s)
         if math.isclose(y1, w1, abs_tol=1e-5) and math.isclose(y2, w2, abs_tol=1e-5):
-            return _fail("旋转方向反了（相当于转了 −m·θ）："
+            return _fail("旋转方向反了（相当于转了 −a）："
                          "y1 = x1·cos − x2·sin，y2 = x1·sin + x2·cos")
-        if m != 1 and math.isclose(y1, solution_rope_pair(x1, x2, 1, th)[0], abs_tol=1e-5):
-            return _fail("角度应为 m·θ（位置乘频率），你好像只转了 θ")
         if not math.isclose(math.hypot(y1, y2), math.hypot(x1, x2), rel_tol=1e-4):
             return _fail("旋转必须保持长度不变：|(y1, y2)| 应等于 |(x1, x2)|")
-        return _fail(f"(x1, x2, m, θ) = {(x1, x2, m, th)} 时应得 ({r1:.4f}, {r2:.4f})，"
+        return _fail(f"(x1, x2) = {(x1, x2)}、角度 {a} 时应得 ({r1:.4f}, {r2:.4f})，"
                      f"收到 ({y1:.4f}, {y2:.4f})")
+    g = torch.Generator().manual_seed(5)
+    x1, x2, ang = (torch.randn(3, 4, generator=g) for _ in range(3))
+    out, err = _call(fn, x1, x2, ang.cos(), ang.sin())
+    if err:
+        return _fail(f"传入张量时 {err}"
+                     "（rope_pair 要能逐元素处理张量：下一题的 rotate 就这样用它）")
+    want = solution_rope_pair(x1, x2, ang.cos(), ang.sin())
+    if not (isinstance(out, tuple) and len(out) == 2
+            and all(isinstance(o, torch.Tensor) and torch.allclose(o, w, atol=1e-6)
+                    for o, w in zip(out, want))):
+        return _fail("传入张量时结果不对：只用 +、−、× 逐元素计算，返回 (y1, y2)")
     return _ok()
 
 
@@ -272,19 +324,28 @@ def layernorm(fn) -> bool:
 
 
 @exercise
-def guess_norm(guess) -> bool:
-    """预测题：8 层的小模型，同样的学习率、不预热、同样的步数，Pre-Norm 与 Post-Norm 谁更低？"""
-    return choice(guess, "A", hints={
-        "B": "Post-Norm 把归一化挡在残差路径上，梯度回到前面的层要穿过每一个归一化；"
-             "不预热、学习率较大时它学得更慢",
-        "C": "差别不小：看下面实验里两条曲线的终点"})
+def guess_norm(guess, val_loss: dict | None = None) -> bool:
+    """预测题：8 层的小模型，同样的学习率、不预热、同样的步数，Pre-Norm 与 Post-Norm 谁更低？
+
+    ``val_loss``：这次实验量出的 {"Pre-Norm": 验证损失, "Post-Norm": 验证损失}；
+    差不到 0.05 算“差不多”。"""
+    right = "A" if val_loss is None else _trend(val_loss["Pre-Norm"], val_loss["Post-Norm"],
+                                                up="A", down="B", flat="C", tol=0.05)
+    seen = "" if val_loss is None else (f"这次量到的验证损失：Pre-Norm {val_loss['Pre-Norm']:.2f}，"
+                                        f"Post-Norm {val_loss['Post-Norm']:.2f}。")
+    return choice(guess, right, hints={k: seen + "看实验里两条曲线的终点与验证损失" for k in "ABC"})
 
 
 @exercise
-def guess_init_growth(guess) -> bool:
-    """预测题：残差投影不按 1/√(2L) 缩小时，初始化的残差流标准差随深度怎样变化？"""
-    return choice(guess, "B", hints={
+def guess_init_growth(guess, stds: tuple[float, float] | None = None) -> bool:
+    """预测题：残差投影不按 1/√(2L) 缩小时，初始化的残差流标准差随深度怎样变化？
+
+    ``stds``：这次实验量出的（最浅, 最深）模型不缩放时最后一层残差流的标准差。"""
+    right = "B" if stds is None else _trend(*stds, up="B", down="C", flat="A",
+                                            tol=0.1 * min(stds))
+    return choice(guess, right, hints={
         "A": "每个块都往残差流上“加”一份独立的东西，方差会累加，不会保持不变",
+        "B": "看表里不缩放那一列随层数怎样变",
         "C": "残差流是一路相加过来的：加的项越多，标准差越大，不会变小"})
 
 

@@ -5,7 +5,7 @@
 """
 from .basic import PIPELINE_STAGES, pipeline_figure, show_heatmap
 from .fonts import FONT_FAMILY, configure_matplotlib, register_font
-from . import attention, rope, walkthrough  # 笔记本 02：注意力与掩码、RoPE、手算例子 春天→来
+from . import attention, heads, rope, walkthrough  # 笔记本 02：掩码、头的分析、RoPE、春天→来
 from . import training  # 笔记本 03：学习率、损失曲线、梯度范数、消融
 from . import evaluation  # 笔记本 04：模型与基线对比、诗内逐位置损失
 from . import generation  # 笔记本 05：温度、下一个字的分布、生成速度

@@ -1,0 +1,246 @@
+"""笔记本 02 里装进模型的零件：向量化的 RoPE ``rotate``、``RMSNorm.forward``、``MLP.forward``、
+``CausalSelfAttention.forward``。
+
+每个检查器把 ``gc.model`` / ``gc.rope`` 的版本当作标准答案（类则装上同一份权重再比较输出），
+并认得几种典型的写错方式。
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from ..model import MLP, CausalSelfAttention, RMSNorm
+from ..rope import apply_rope, apply_rope_interleaved, rope_angles
+from ._common import _call, _fail, _ok, exercise
+from .nb02_model import _CFGS, _load, _tensor
+
+
+# ---------------------------------------------------------------- 参考答案
+def solution_rope_pair(x1, x2, cos, sin):
+    """把坐标 (x1, x2) 逆时针旋转角度 a（给出 cos a、sin a）；数和张量都适用（逐元素）。"""
+    return x1 * cos - x2 * sin, x1 * sin + x2 * cos
+
+
+def solution_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """rotate-half：第 i 维与第 i + D/2 维是一对，用 rope_pair 一次转完所有对。
+
+    x [B, H, T, D]，cos / sin [T, D/2] → [B, H, T, D]。"""
+    x1, x2 = x.chunk(2, dim=-1)                                      # 各 [B, H, T, D/2]
+    y1, y2 = solution_rope_pair(x1, x2, cos, sin)
+    return torch.cat([y1, y2], dim=-1)
+
+
+def solution_rmsnorm_forward(self, x):
+    """x / sqrt(mean(x²) + eps) · γ，对最后一维。"""
+    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def solution_mlp_forward(self, x):
+    """SwiGLU：down(silu(gate(x)) ⊙ up(x))；GELU：proj(gelu(fc(x)))。"""
+    if self.swiglu:
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+    return self.proj(self.act(self.fc(x)))
+
+
+# ---------------------------------------------------------------- 小工具
+def _close(a, b, atol=1e-5) -> bool:
+    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, atol=atol)
+
+
+def _tables(D: int, T: int):
+    ang = rope_angles(D, T)
+    return ang.cos(), ang.sin()
+
+
+def _seeded(module: torch.nn.Module, seed: int) -> torch.nn.Module:
+    """给模块的每个参数换上互不相同的随机值（初始化的 γ = 1、β = 0 会掩盖错误）。"""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 1.0))
+    return module.eval()
+
+
+def _build(cls, ref: torch.nn.Module, *args):
+    """学员的类 → 实例，装上 ref 的权重；出错时返回 (None, 提示)。"""
+    mine, err = _call(cls, *args)
+    if err:
+        return None, f"{getattr(cls, '__name__', '这个类')}(…) {err}"
+    if not isinstance(mine, torch.nn.Module):
+        return None, f"应是一个 nn.Module，收到 {type(mine).__name__}"
+    err = _load(mine, ref.state_dict())
+    if err:
+        return None, err
+    return mine.eval(), None
+
+
+# ---------------------------------------------------------------- 检查器
+@exercise
+def rope_rotate(fn) -> bool:
+    """练习：``rotate(x, cos, sin)`` 用 rotate-half 配对，一次转完 x [B,H,T,D] 的所有维度对。"""
+    g = torch.Generator().manual_seed(6)
+    x = torch.randn(2, 3, 7, 8, generator=g)
+    cos, sin = _tables(8, 7)
+    out, err = _call(fn, x, cos, sin)
+    if err:
+        return _fail(err)
+    err = _tensor(out, x.shape)
+    if err:
+        return _fail(err)
+    if _close(out, apply_rope(x, cos, sin)):
+        return _ok()
+    if _close(out, x):
+        return _fail("输出与输入相同：没有旋转。前一半维度是 x1、后一半是 x2，"
+                     "用 rope_pair 转完再拼回去")
+    if _close(out, apply_rope_interleaved(x, cos, sin)):
+        return _fail("这是 interleaved 配对（第 2i 与 2i+1 维）：课程模型用 rotate-half，"
+                     "第 i 维与第 i + D/2 维是一对，x1, x2 = x.chunk(2, dim=-1)")
+    if _close(out, apply_rope(x, cos, -sin)):
+        return _fail("旋转方向反了（转了 −m·θ）：y1 = x1·cos − x2·sin，y2 = x1·sin + x2·cos")
+    h = apply_rope(x, cos, sin)
+    if _close(out, torch.cat([h[..., 4:], h[..., :4]], dim=-1)):
+        return _fail("拼接的顺序反了：应是 torch.cat([y1, y2], dim=-1)")
+    if not torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-4):
+        return _fail("旋转必须保持每个向量的长度不变：检查 cos、sin 有没有用对地方")
+    return _fail("数值与 gc.rope.apply_rope 不一致：x1, x2 = x.chunk(2, dim=-1)，"
+                 "y1, y2 = rope_pair(x1, x2, cos, sin)，再 cat 回去")
+
+
+@exercise
+def rmsnorm(cls) -> bool:
+    """练习：你的 ``RMSNorm``（``__init__`` 给定）装上 ``gc.model.RMSNorm`` 的 γ 后，输出相同。"""
+    g = torch.Generator().manual_seed(7)
+    for eps in (1e-5, 0.5):                                           # 大 eps：放错位置会露出来
+        ref = _seeded(RMSNorm(16, eps), 8)
+        mine, err = _build(cls, ref, 16, eps)
+        if err:
+            return _fail(err)
+        x = torch.randn(3, 5, 16, generator=g) * 2 + 0.5
+        with torch.no_grad():
+            want = ref(x)
+            got, err = _call(mine, x)
+        if err:
+            return _fail(f"norm(x) {err}")
+        err = _tensor(got, want.shape)
+        if err:
+            return _fail(err)
+        if _close(got, want):
+            continue
+        rms = x.pow(2).mean(-1, keepdim=True)
+        w = ref.weight.detach()
+        if _close(got, want / w):
+            return _fail("忘了乘可学习的 γ（self.weight）")
+        if _close(got, F.layer_norm(x, (16,), eps=eps) * w):
+            return _fail("这是 LayerNorm（减了均值）：RMSNorm 不减均值，只除以均方根")
+        if _close(got, x / (rms.sqrt() + eps) * w) or _close(got, x / rms.sqrt() * w):
+            return _fail("eps 要加在开方**之前**：x / sqrt(mean(x²) + eps)")
+        if _close(got, x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w):
+            return _fail("用的是平方和：RMSNorm 除以的是均方根，mean(x²) 而不是 sum(x²)")
+        return _fail(f"eps = {eps} 时数值与 gc.model.RMSNorm 不一致：x / sqrt(mean(x²) + eps) · γ，"
+                     "均值沿最后一维，keepdim=True")
+    return _ok()
+
+
+@exercise
+def mlp(cls) -> bool:
+    """练习：你的 ``MLP``（``__init__`` 给定）装上 ``gc.model.MLP`` 的权重后，
+    两种设计输出都相同。"""
+    for cfg in _CFGS:
+        ref = _seeded(MLP(cfg), 9)
+        mine, err = _build(cls, ref, cfg)
+        if err:
+            return _fail(err)
+        x = torch.randn(2, 5, cfg.n_embd, generator=torch.Generator().manual_seed(10))
+        with torch.no_grad():
+            want = ref(x)
+            got, err = _call(mine, x)
+            if err:
+                return _fail(f"mlp(x) {err}")
+            err = _tensor(got, want.shape)
+            if err:
+                return _fail(err)
+            if _close(got, want):
+                continue
+            if cfg.mlp == "swiglu":
+                gate, up, down = ref.gate(x), ref.up(x), ref.down
+                wrong = [(down(gate * F.silu(up)), "silu 套在了 up 上：门是 silu(gate(x))，"
+                          "down(silu(gate(x)) ⊙ up(x))"),
+                         (down(gate * up), "少了 silu：门要先过激活函数，silu(gate(x))"),
+                         (down(F.silu(gate)), "少了 up 那一路：SwiGLU 是 silu(gate(x)) ⊙ up(x)"),
+                         (down(F.gelu(gate) * up),
+                          "激活函数用的是 GELU：SwiGLU 用 silu（= x·sigmoid(x)）")]
+            else:
+                h = ref.fc(x)
+                wrong = [(ref.proj(F.relu(h)), "用的是 ReLU：mini 设计用 GELU"),
+                         (ref.proj(h), "少了激活函数：proj(gelu(fc(x)))"),
+                         (ref.proj(F.gelu(h, approximate="tanh")),
+                          "用的是 GELU 的 tanh 近似：这个设计用精确的 GELU（self.act 就是它）")]
+            for value, hint in wrong:
+                if _close(got, value):
+                    return _fail(hint)
+        return _fail(f"{cfg.mlp} 设计下输出与 gc.model.MLP 不一致")
+    return _ok()
+
+
+def _attention_variants(ref: CausalSelfAttention, x, rope):
+    """常见写错的注意力：(输出, 提示)。"""
+    B, T, C = x.shape
+    H, D = ref.n_head, C // ref.n_head
+    q, k, v = (t.view(B, T, H, D).transpose(1, 2) for t in ref.qkv(x).split(C, dim=-1))
+
+    def finish(q, k, v, mask=None, scale=None, proj=True):
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale,
+                                           is_causal=mask is None)
+        y = y.transpose(1, 2).reshape(B, T, C)
+        return ref.proj(y) if proj else y
+
+    out = []
+    if rope is not None:
+        qr, kr = apply_rope(q, *rope), apply_rope(k, *rope)
+        out += [(finish(qr, kr, apply_rope(v, *rope)), "V 也转了：RoPE 只转 Q 和 K，V 不动"),
+                (finish(q, k, v), "没有用 rope：rope 不是 None 时，Q、K 要先 rotate(q, *rope)"),
+                (finish(qr, k, v), "只转了 Q：K 也要转，点积才只取决于相对位置")]
+    else:
+        qr, kr = q, k
+    out += [(finish(qr, kr, v, proj=False), "少了输出投影：合并各头之后还要过 self.proj"),
+            (finish(qr, kr, v, mask=torch.ones(T, T, dtype=torch.bool)),
+             "没有因果掩码：把 self.mask[:T, :T] 传给 attention"),
+            (finish(qr, kr, v, scale=1 / math.sqrt(C)),
+             "除以的是 √C：attention 里除以 √D（head_dim）")]
+    return out
+
+
+@exercise
+def attention_module(cls) -> bool:
+    """练习：你的 ``CausalSelfAttention``（``__init__`` 给定）装上 ``gc.model`` 的权重后输出相同。
+
+    ``forward`` 应调用你写的 ``split_heads``、``rotate``、``attention``、``merge_heads``。"""
+    for cfg in _CFGS:
+        ref = _seeded(CausalSelfAttention(cfg), 11)
+        mine, err = _build(cls, ref, cfg)
+        if err:
+            return _fail(err)
+        T = 7                                                         # 比 block_size 短：要切掩码
+        x = torch.randn(2, T, cfg.n_embd, generator=torch.Generator().manual_seed(12))
+        rope = _tables(cfg.head_dim, T) if cfg.pos == "rope" else None
+        with torch.no_grad():
+            want = ref(x, rope)
+            got, err = _call(mine, x, rope)
+            if err:
+                hint = ("（提示：掩码 buffer 是 [block_size, block_size]，"
+                        "要切成 self.mask[:T, :T]）") if "size" in err else ""
+                return _fail(f"attn(x, rope) {err}{hint}")
+            err = _tensor(got, want.shape)
+            if err:
+                return _fail(err)
+            if _close(got, want):
+                continue
+            for value, hint in _attention_variants(ref, x, rope):
+                if _close(got, value):
+                    return _fail(hint)
+        return _fail(f"{cfg.pos} 设计下输出与 gc.model.CausalSelfAttention 不一致："
+                     "qkv → split_heads →（RoPE 时 rotate Q、K）→ "
+                     "attention(q, k, v, self.mask[:T, :T]) → merge_heads → proj")
+    return _ok()
