@@ -103,6 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--edition", choices=("student", "teacher"), default="teacher",
                    help="student：练习是存根、练习与检查的输出去掉（发给学生）；teacher：含答案")
     w.add_argument("--force", action="store_true", help="覆盖 --out 里已有的网页")
+    d = sub.add_parser("slides", help="每章一套幻灯片（reveal.js，离线可用）")
+    d.add_argument("--out", required=True, type=Path, help="输出目录")
+    d.add_argument("--force", action="store_true", help="覆盖 --out 里已有的文件")
+    h = sub.add_parser("handout", help="答案讲义：五章全部练习的题目、参考答案与检查（教师用）")
+    h.add_argument("--out", required=True, type=Path, help="输出目录（写 answers.html）")
+    h.add_argument("--force", action="store_true", help="覆盖 --out 里已有的文件")
     args = ap.parse_args(argv)
 
     try:
@@ -116,6 +122,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"学生版：{p}")
         elif args.command == "grade":
             grade_command(args)
+        elif args.command == "slides":
+            from .slides import build_slides
+            for p in build_slides(args.out, force=args.force):
+                print(f"幻灯片：{p}")
+        elif args.command == "handout":
+            from .slides import handout
+            print(f"答案讲义：{handout(args.out, force=args.force)}（只发给老师和助教）")
         else:
             from .site import build_site
             index = build_site(args.out, edition=args.edition, force=args.force)

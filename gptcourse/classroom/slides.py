@@ -33,6 +33,7 @@ DECK_STYLE = """
   text-transform: none; color: #7a1f1f; }
 .reveal .slides section { text-align: left; height: 100%; overflow-y: auto; }
 .reveal pre { width: 100%; box-shadow: none; font-size: .62em; margin: .3em 0; }
+.reveal pre, .reveal code { font-family: "DejaVu Sans Mono", "GPTCourse CJK Sans", monospace; }
 .reveal pre code { max-height: none; }
 .reveal .highlight pre { background: #f4f1ea; border-left: 3px solid #c9a66b; padding: .4em .6em; }
 .reveal .output_area pre { background: #fff; }
@@ -43,7 +44,10 @@ DECK_STYLE = """
 
 
 def _trim_outputs(cell) -> None:
-    """幻灯片上只留短输出：文字输出最多 MAX_OUTPUT_LINES 行，图照留。"""
+    """幻灯片上只留短输出：文字输出最多 MAX_OUTPUT_LINES 行，图照留；去掉 nbval 的标记行。"""
+    if cell.cell_type == "code":
+        cell.source = "\n".join(line for line in cell.source.splitlines()
+                                if line.strip() != "# NBVAL_CHECK_OUTPUT")
     for out in cell.get("outputs", []):
         if out.get("output_type") == "stream":
             lines = out["text"].splitlines()
