@@ -66,3 +66,14 @@ def test_scaling_envelope():
     assert ax.get_xscale() == "log"
     with pytest.raises(ValueError, match="一样长"):
         gc.viz.training.plot_scaling({"坏": {"flops": [1, 2], "val": [3.0]}})
+
+
+def test_probe_plot_three_series_in_percent():
+    probe = [{"step": 250, "form_rate": 0.9, "tonal_share": 0.85, "rhyme_rate": 0.05},
+             {"step": 500, "form_rate": 0.95, "tonal_share": 0.9, "rhyme_rate": 0.02}]
+    ax = gc.viz.training.plot_probe(probe).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["诗体合格率", "平仄合律的比例", "押韵率"]
+    assert list(ax.lines[0].get_ydata()) == [90.0, 95.0]
+    with pytest.raises(gc.errors.UserError, match="probe 是空的"):
+        gc.viz.training.plot_probe([])

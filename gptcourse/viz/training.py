@@ -220,3 +220,25 @@ def plot_scaling(runs: Mapping[str, Mapping[str, Sequence[float]]], ax=None,
     ax.set_title(title)
     ax.legend()
     return fig
+
+
+PROBE_SERIES = {"form_rate": "诗体合格率", "tonal_share": "平仄合律的比例", "rhyme_rate": "押韵率"}
+
+
+def plot_probe(probe: Sequence[Mapping[str, float]], ax=None,
+               title: str = "训练中的格律探针（自由采样，不加约束）"):
+    """检查点的 ``meta["probe"]``：每次一行，step 与 form_rate、tonal_share、rhyme_rate。"""
+    rows = [r for r in probe if "step" in r]
+    if not rows:
+        raise UserError("probe 是空的：检查点里没有训练探针的记录")
+    fig, ax = _axes(ax, (6.4, 3.6))
+    steps = [r["step"] for r in rows]
+    for key, label in PROBE_SERIES.items():
+        if all(key in r for r in rows):
+            ax.plot(steps, [100 * r[key] for r in rows], marker="o", lw=2, label=label)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("训练步数")
+    ax.set_ylabel("%")
+    ax.set_title(title)
+    ax.legend()
+    return fig
