@@ -25,7 +25,8 @@ def test_exported_and_solutions_pass(passes, capsys):
     nb03.predict_windows("A", 5.9, 5.5)                                 # 猜错的一题
     assert nb03.report() == len(nb03.EXERCISES) - len(nb03.PREDICTIONS)
     out = capsys.readouterr().out
-    assert "✗ predict_windows" in out and f"通过 {len(nb03.EXERCISES) - 4}/" in out
+    assert "✗ predict_windows" in out
+    assert f"通过 {len(nb03.EXERCISES) - len(nb03.PREDICTIONS)}/" in out
 
 
 def test_package_functions_pass_too(passes, capsys):
@@ -327,6 +328,10 @@ def test_predictions(passes, capsys):
     assert not ok and "ln 6436" in out
     ok, out = passes(nb03.predict_init_loss, "E", 8.80, 6436)
     assert not ok and "A、B、C、D" in out
+    assert passes(nb03.predict_title_loss, "C", 10.8, 5.46)[0]
+    ok, out = passes(nb03.predict_title_loss, "B", 10.8, 5.46)
+    assert not ok and "实验给出的是 C" in out and "+5.34" in out
+    assert passes(nb03.predict_title_loss, "B", 5.9, 5.46)[0]           # 答案随测量而定
     assert passes(nb03.predict_bf16_gap, "C", 0.0004, 0.25)[0]
     assert not passes(nb03.predict_bf16_gap, "A", 0.0004, 0.25)[0]
     assert passes(nb03.predict_bf16_gap, "A", 0.3, 0.25)[0]   # 答案随测量而定

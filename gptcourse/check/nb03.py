@@ -27,8 +27,8 @@ from ._common import _call, _fail, _ok, choice, exercise, register, results
 
 EXERCISES = ("cross_entropy", "perplexity", "param_groups", "lr_schedule", "train_step",
              "accumulate_grads", "estimate_loss", "training_loop", "title_targets", "titled_step",
-             "early_stopping", "predict_init_loss", "predict_bf16_gap", "predict_overfit",
-             "predict_windows")
+             "early_stopping", "predict_init_loss", "predict_title_loss", "predict_bf16_gap",
+             "predict_overfit", "predict_windows")
 PREDICTIONS = tuple(n for n in EXERCISES if n.startswith("predict_"))
 __all__ = list(EXERCISES)
 
@@ -190,6 +190,10 @@ def solution_early_stopping(evals: list[dict], patience: int) -> tuple[int, int]
 
 def solution_predict_init_loss() -> str:
     return "C"      # 大约 ln V：logits 几乎全是 0，softmax 接近均匀
+
+
+def solution_predict_title_loss() -> str:
+    return "C"      # 课程检查点没在训练里见过题目：题目上的损失高得多
 
 
 def solution_predict_bf16_gap() -> str:
@@ -838,6 +842,19 @@ def predict_init_loss(guess, measured: float, vocab_size: int) -> bool:
 
 BF16_OPTIONS = {"A": "比换一个批次的起伏还大", "B": "比起伏小，但不到 10 倍",
                 "C": "比起伏小 10 倍以上"}
+
+
+TITLE_OPTIONS = {"A": "题目上更低", "B": "差不多（相差不到 1 nat/字）",
+                 "C": "题目上高得多（高 1 nat/字以上）"}
+
+
+@exercise
+def predict_title_loss(guess, title_loss: float, body_loss: float) -> bool:
+    """先猜：课程检查点在题目（含《》）的位置上的损失，和正文的位置比起来怎样？"""
+    d = title_loss - body_loss
+    right = "A" if d <= -1 else ("C" if d >= 1 else "B")
+    return choice(guess, right, TITLE_OPTIONS,
+                  why=f"题目上 {title_loss:.3f}，正文上 {body_loss:.3f} nats/字，相差 {d:+.2f}")
 
 
 @exercise
