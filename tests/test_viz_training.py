@@ -77,3 +77,20 @@ def test_probe_plot_three_series_in_percent():
     assert list(ax.lines[0].get_ydata()) == [90.0, 95.0]
     with pytest.raises(gc.errors.UserError, match="probe 是空的"):
         gc.viz.training.plot_probe([])
+
+
+def test_magnitudes_plot_log_scale_and_bad_values():
+    ax = gc.viz.training.plot_magnitudes({"bf16 与 fp32": 2e-4, "换批次": 0.05}).axes[0]
+    assert ax.get_yscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == [
+        "bf16 与 fp32", "换批次"]
+    assert [p.get_height() for p in ax.patches] == [2e-4, 0.05]
+    with pytest.raises(gc.errors.UserError, match="正数"):
+        gc.viz.training.plot_magnitudes({"零": 0.0})
+
+
+def test_resume_plot_overlays_both_runs():
+    resumed = History(steps=HIST.steps[5:], evals=[])
+    ax = gc.viz.training.plot_resume(HIST, resumed, 5).axes[0]
+    assert len(ax.lines[0].get_xdata()) == 10
+    assert list(ax.lines[1].get_xdata()) == list(range(6, 11))
+    assert ax.get_legend().get_texts()[1].get_text() == "存盘 → 读回 → 续训"
