@@ -25,7 +25,8 @@ def test_exported_and_solutions_pass(passes, capsys):
     nb03.predict_windows("A", 5.9, 5.5)                                 # 猜错的一题
     assert nb03.report() == len(nb03.EXERCISES) - len(nb03.PREDICTIONS)
     out = capsys.readouterr().out
-    assert "✗ predict_windows" in out and f"通过 {len(nb03.EXERCISES) - 4}/" in out
+    assert "✗ predict_windows" in out
+    assert f"通过 {len(nb03.EXERCISES) - len(nb03.PREDICTIONS)}/" in out
 
 
 def test_package_functions_pass_too(passes, capsys):
@@ -327,6 +328,10 @@ def test_predictions(passes, capsys):
     assert not ok and "ln 6436" in out
     ok, out = passes(nb03.predict_init_loss, "E", 8.80, 6436)
     assert not ok and "A、B、C、D" in out
+    assert passes(nb03.predict_title_loss, "C", 10.8, 5.46)[0]
+    ok, out = passes(nb03.predict_title_loss, "B", 10.8, 5.46)
+    assert not ok and "实验给出的是 C" in out and "+5.34" in out
+    assert passes(nb03.predict_title_loss, "B", 5.9, 5.46)[0]           # 答案随测量而定
     assert passes(nb03.predict_bf16_gap, "C", 0.0004, 0.25)[0]
     assert not passes(nb03.predict_bf16_gap, "A", 0.0004, 0.25)[0]
     assert passes(nb03.predict_bf16_gap, "A", 0.3, 0.25)[0]   # 答案随测量而定
@@ -344,3 +349,61 @@ def test_predictions(passes, capsys):
     assert not ok and "实验给出的是 C" in out and "很短" in out
     assert passes(nb03.predict_windows, "C", 5.5, 5.51)[0]
     assert passes(nb03.predict_windows, "A", 5.4, 5.5)[0]
+
+
+def _titled_keeping_marks(pairs, tok):
+    """典型错误：只把题目里的字记成 −1，书名号《》上还在算损失。"""
+    ids, targets = [tok.eos_id], [-1]
+    for title, body in pairs:
+        head, tail = tok.encode("《" + title + "》"), tok.encode(body) + [tok.eos_id]
+        ids += head + tail
+        targets += [head[0]] + [-1] * (len(head) - 2) + [head[-1]] + tail
+    return torch.tensor(ids), torch.tensor(targets)
+
+
+def test_title_targets_mistakes(passes, capsys):
+    assert passes(nb03.title_targets, gc.titled.encode)[0]           # 包里的实现也通过
+    ok, out = passes(nb03.title_targets, _titled_keeping_marks)
+    assert not ok and "书名号《》上还在算损失" in out
+
+    def no_mask(pairs, tok):
+        ids, _ = nb03.solution_title_targets(pairs, tok)
+        return ids, ids.clone()
+
+    ok, out = passes(nb03.title_targets, no_mask)
+    assert not ok and "在题目里，目标应是 −1" in out
+
+    def masks_eos(pairs, tok):
+        ids, y = nb03.solution_title_targets(pairs, tok)
+        y[ids == tok.eos_id] = -1
+        return ids, y
+
+    ok, out = passes(nb03.title_targets, masks_eos)
+    assert not ok and "诗末的换行" in out
+
+    def no_brackets(pairs, tok):
+        return nb03.solution_title_targets([(t, b) for t, b in pairs], tok)[0][1:], None
+
+    ok, out = passes(nb03.title_targets, no_brackets)
+    assert not ok
+
+
+def test_titled_step_mistakes(passes, capsys):
+    def ignores_targets(model, opt, ids, targets, cfg, step):
+        return nb03.solution_titled_step(model, opt, ids, ids, cfg, step)
+
+    ok, out = passes(nb03.titled_step, ignores_targets)
+    assert not ok and "算进了题目的位置" in out
+
+    def constant_lr(model, opt, ids, targets, cfg, step):
+        x, y = get_batch(ids, cfg.batch_size, model.config.block_size,
+                         generator=gc.train.batch_generator(cfg.seed, step), targets=targets)
+        _, loss = model(x, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        return loss.item()
+
+    ok, out = passes(nb03.titled_step, constant_lr)
+    assert not ok and "第 2 步开始不一致" in out and "lr_schedule" in out

@@ -66,3 +66,31 @@ def test_scaling_envelope():
     assert ax.get_xscale() == "log"
     with pytest.raises(ValueError, match="一样长"):
         gc.viz.training.plot_scaling({"坏": {"flops": [1, 2], "val": [3.0]}})
+
+
+def test_probe_plot_three_series_in_percent():
+    probe = [{"step": 250, "form_rate": 0.9, "tonal_share": 0.85, "rhyme_rate": 0.05},
+             {"step": 500, "form_rate": 0.95, "tonal_share": 0.9, "rhyme_rate": 0.02}]
+    ax = gc.viz.training.plot_probe(probe).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels == ["诗体合格率", "平仄合律的比例", "押韵率"]
+    assert list(ax.lines[0].get_ydata()) == [90.0, 95.0]
+    with pytest.raises(gc.errors.UserError, match="probe 是空的"):
+        gc.viz.training.plot_probe([])
+
+
+def test_magnitudes_plot_log_scale_and_bad_values():
+    ax = gc.viz.training.plot_magnitudes({"bf16 与 fp32": 2e-4, "换批次": 0.05}).axes[0]
+    assert ax.get_yscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == [
+        "bf16 与 fp32", "换批次"]
+    assert [p.get_height() for p in ax.patches] == [2e-4, 0.05]
+    with pytest.raises(gc.errors.UserError, match="正数"):
+        gc.viz.training.plot_magnitudes({"零": 0.0})
+
+
+def test_resume_plot_overlays_both_runs():
+    resumed = History(steps=HIST.steps[5:], evals=[])
+    ax = gc.viz.training.plot_resume(HIST, resumed, 5).axes[0]
+    assert len(ax.lines[0].get_xdata()) == 10
+    assert list(ax.lines[1].get_xdata()) == list(range(6, 11))
+    assert ax.get_legend().get_texts()[1].get_text() == "存盘 → 读回 → 续训"

@@ -220,3 +220,63 @@ def plot_scaling(runs: Mapping[str, Mapping[str, Sequence[float]]], ax=None,
     ax.set_title(title)
     ax.legend()
     return fig
+
+
+PROBE_SERIES = {"form_rate": "诗体合格率", "tonal_share": "平仄合律的比例", "rhyme_rate": "押韵率"}
+
+
+def plot_probe(probe: Sequence[Mapping[str, float]], ax=None,
+               title: str = "训练中的格律探针（自由采样，不加约束）"):
+    """检查点的 ``meta["probe"]``：每次一行，step 与 form_rate、tonal_share、rhyme_rate。"""
+    rows = [r for r in probe if "step" in r]
+    if not rows:
+        raise UserError("probe 是空的：检查点里没有训练探针的记录")
+    fig, ax = _axes(ax, (6.4, 3.6))
+    steps = [r["step"] for r in rows]
+    for key, label in PROBE_SERIES.items():
+        if all(key in r for r in rows):
+            ax.plot(steps, [100 * r[key] for r in rows], marker="o", lw=2, label=label)
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("训练步数")
+    ax.set_ylabel("%")
+    ax.set_title(title)
+    ax.legend()
+    return fig
+
+
+def plot_magnitudes(values: Mapping[str, float], ax=None, title: str = "几个差距的大小",
+                    unit: str = "nats/字"):
+    """几个（正的）量并排画成条形，对数纵轴：一眼看出它们差了几个数量级。"""
+    if not values or any(not np.isfinite(v) or v <= 0 for v in values.values()):
+        raise UserError(f"values 应是非空的 {{名字: 正数}}，收到 {dict(values)!r}")
+    fig, ax = _axes(ax, (6.4, 3.6))
+    names, vals = list(values), [float(v) for v in values.values()]
+    palette = ["#4c6ef5", "#868e96", "#fa5252", "#40c057"]
+    bars = ax.bar(range(len(vals)), vals, color=palette[:len(vals)] if len(vals) <= 4 else None)
+    for b, v in zip(bars, vals):
+        ax.annotate(f"{v:.2g}", (b.get_x() + b.get_width() / 2, v), xytext=(0, 3),
+                    textcoords="offset points", ha="center")
+    ax.set_xticks(range(len(vals)), names)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"{unit}（对数刻度）")
+    ax.set_title(title)
+    return fig
+
+
+def plot_resume(full, resumed, resume_step: int, ax=None,
+                title: str = "续训与不中断训练：每步的训练损失"):
+    """两次训练（一口气 / 中途存盘再续训）的每步损失画在一起，竖线标出续训的位置。"""
+    fig, ax = _axes(ax, (6.4, 3.6))
+    runs = ((full, dict(lw=4, alpha=0.35), "一口气训练"),
+            (resumed, dict(lw=1.5, ls="--", marker="."), "存盘 → 读回 → 续训"))
+    for history, style, label in runs:
+        steps, _ = _rows(history)
+        ax.plot([r["step"] for r in steps], [r["loss"] for r in steps], label=label, **style)
+    ax.axvline(resume_step, color="gray", ls=":", lw=1)
+    ax.annotate("从这里续训", (resume_step, 1), xycoords=("data", "axes fraction"), xytext=(4, -14),
+                textcoords="offset points", color="gray")
+    ax.set_xlabel("训练步数")
+    ax.set_ylabel("交叉熵损失（nats/字）")
+    ax.set_title(title)
+    ax.legend(loc="lower left")
+    return fig
