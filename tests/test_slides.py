@@ -1,4 +1,5 @@
-"""幻灯片（每章一套 reveal.js）与答案讲义：离线构建，不从网络加载任何东西；无界面 Chromium 打开一套。"""
+"""幻灯片（每章一套 reveal.js）与答案讲义：离线构建，不从网络加载任何东西；
+无界面 Chromium 打开一套。"""
 from __future__ import annotations
 
 import re

@@ -4,11 +4,12 @@
 在同一次运行里并排测量、打印表格，并返回可以写成 JSON 的数字。测试套件从不计时。
 """
 BENCHMARKS = ("training", "generation")
+_LAZY = (*BENCHMARKS, "machine", "peer", "report", "server")
 
 
 def __getattr__(name: str):
     # gc.bench.training 这样的子模块在第一次访问时才导入（导入它们会建模型、读语料）
-    if name in BENCHMARKS:
+    if name in _LAZY:
         import importlib
         return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

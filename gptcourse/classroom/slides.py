@@ -1,7 +1,8 @@
 """课堂用的幻灯片与答案讲义，都从笔记本生成、离线可用。
 
 - ``python -m gptcourse.classroom slides --out 目录``：每章一套 reveal.js 幻灯片
-  （``01_data_tokenizer.html`` …）。笔记本里每个带 ``#``/``##``/``###`` 标题的说明单元格开始新的一页，
+  （``01_data_tokenizer.html`` …）。笔记本里每个带 ``#``/``##``/``###`` 标题的说明单元格开始
+  新的一页，
   代码、图和短输出跟在它后面；太长的文字输出只留前 ``MAX_OUTPUT_LINES`` 行。内容多的一页可以在页内
   上下滚动。reveal.js 5 与 KaTeX 随包分发（``gptcourse/classroom/assets/``），不连网。
   选 reveal.js 自己拼页面，而不是 nbconvert 的 slides 导出器：后者的模板从 CDN 加载 reveal.js
