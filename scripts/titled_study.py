@@ -43,7 +43,8 @@ def main() -> None:
         out.append(r)
         print(f"{path}: 自己的题目 {r['own']:.4f} / 别人的 {r['other']:.4f} / 不给 {r['none']:.4f}；"
               f"ΔNLL {r['delta']:.4f} {tuple(round(x, 4) for x in r['delta_ci'])}；"
-              f"检索 {r['retrieval']:.1%} {tuple(round(x, 3) for x in r['retrieval_ci'])}"
+              f"检索 {r['retrieval']:.1%} "
+              f"{tuple(round(x, 3) for x in r['retrieval_ci'])}"
               f"（机会 {r['chance']:.0%}）；验证集损失 {r['free_val_loss']:.4f}；"
               f"用到题目的字 {r['reuse']['own']:.1%} vs 打乱 {r['reuse']['shuffled']:.1%}"
               f"（{r['seconds']} 秒）", flush=True)
