@@ -41,7 +41,8 @@ def main() -> None:
     for path in args.checkpoints:
         r = study(path, args.n)
         out.append(r)
-        print(f"{path}: 自己的题目 {r['own']:.4f} / 别人的 {r['other']:.4f} / 不给 {r['none']:.4f}；"
+        print(f"{path}: 自己的题目 {r['own']:.4f} / 别人的 {r['other']:.4f} / "
+              f"不给 {r['none']:.4f}；"
               f"ΔNLL {r['delta']:.4f} {tuple(round(x, 4) for x in r['delta_ci'])}；"
               f"检索 {r['retrieval']:.1%} "
               f"{tuple(round(x, 3) for x in r['retrieval_ci'])}"
