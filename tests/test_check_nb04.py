@@ -263,3 +263,16 @@ def test_bootstrap_interval_accepts_another_rng_and_rejects_the_classic_bugs(pas
 
     ok, out = passes(gc.check.nb04.bootstrap_interval, ninety)
     assert not ok and "第 2.5 和第 97.5 百分位" in out
+
+
+def test_bootstrap_solution_is_the_packages_interval_for_a_mean():
+    """stat = 均值时，参考答案（笔记本里要求的抽法）与 gc.evaluate.bootstrap_interval 相同。"""
+    import numpy as np
+
+    package = getattr(gc.evaluate, "bootstrap_interval", None)
+    if package is None:
+        pytest.skip("这个版本的 gc.evaluate 还没有 bootstrap_interval")
+    values = [float(i % 7 == 0) for i in range(150)]
+    for seed in (0, 3):
+        ours = nb04.solution_bootstrap_interval(values, lambda xs: float(np.mean(xs)), 500, seed)
+        assert np.allclose(ours, package(values, n_boot=500, seed=seed), rtol=0, atol=1e-12)

@@ -153,13 +153,15 @@ def solution_bootstrap_interval(items, stat, reps: int = 1000, seed: int = 0
                                 ) -> tuple[float, float]:
     """按条目（一首诗、一个样本）有放回地重抽样：stat 的 95% 百分位区间 (下端, 上端)。
 
-    每一轮从 n 个条目里有放回地抽 n 个（``rng.integers(n, size=n)``，
-    ``rng = np.random.default_rng(seed)``），算一次 stat；取 reps 轮的第 2.5 和第 97.5 百分位。
+    ``rng = np.random.default_rng(seed)``，一次抽出 reps 轮的下标 ``rng.integers(0, n, (reps, n))``
+    （每一行是一轮：有放回地抽 n 个），每一轮算一次 stat，取 reps 个结果的 2.5% 与 97.5% 分位数。
+    stat 是均值时，与 ``gc.evaluate.bootstrap_interval(items, n_boot=reps, seed=seed)`` 相同。
     """
     rng = np.random.default_rng(seed)
     n = len(items)
-    draws = [stat([items[j] for j in rng.integers(n, size=n)]) for _ in range(reps)]
-    lo, hi = np.percentile(draws, [2.5, 97.5])
+    idx = rng.integers(0, n, (reps, n))                     # [reps, n]：每行一轮
+    draws = [stat([items[j] for j in row]) for row in idx]
+    lo, hi = np.quantile(draws, [0.025, 0.975])
     return float(lo), float(hi)
 
 
@@ -506,7 +508,7 @@ def _boot_stat(kind):
 def bootstrap_interval(fn) -> bool:
     """练习：``fn(items, stat, reps, seed) -> (lo, hi)``，有放回重抽样的 95% 百分位区间。
 
-    与参考答案同样抽法（``rng.integers(n, size=n)`` 每轮一次）的答案应逐位相同；别的抽法
+    与参考答案同样抽法（``rng.integers(0, n, (reps, n))`` 一次抽完）的答案应逐位相同；别的抽法
     只要在 10000 轮时两端与参考相差不到区间宽度的 4% 也算对（那是蒙特卡洛误差）。"""
     for items, kind in _BOOT_CASES:
         stat = _boot_stat(kind)
@@ -531,7 +533,7 @@ def bootstrap_interval(fn) -> bool:
         elif lo > want_lo and hi < want_hi:
             hint = "区间太窄：95% 区间取第 2.5 和第 97.5 百分位（不是第 5 和第 95）"
         else:
-            hint = "每一轮从 n 个条目里有放回地抽 n 个，算一次 stat，再取百分位"
+            hint = "每一轮从 n 个条目里有放回地抽 n 个，算一次 stat，再取 2.5% 与 97.5% 分位数"
         return _fail(f"{len(items)} 个条目的{what}（{point:.3f}）：得到 [{lo:.3f}, {hi:.3f}]，"
                      f"应约为 [{want_lo:.3f}, {want_hi:.3f}]。{hint}")
     return _ok()
