@@ -117,6 +117,9 @@ WRONG = {
     "distinct_ngrams": lambda poems, n: len({p[i:i + n] for p in poems
                                             for i in range(len(p) - n + 1)})
     / max(1, sum(len(p) - n + 1 for p in poems)),      # 跨了标点
+    "slow_token_losses": lambda model, tok, text, T, stride:      # 忘了开头的结束符
+    nb04.solution_slow_token_losses(model, tok, text, T, stride)[1:],
+    "bootstrap_interval": lambda items, stat, reps=1000, seed=0: (stat(items), stat(items)),
 }
 
 
@@ -197,3 +200,79 @@ def test_rhyme_solution_equals_the_package_on_real_and_shuffled_poems():
     for group in (val, shuffle_chars(val, seed=3)):
         want = [check_rhyme(p).rhymes for p in group]
         assert [nb04.solution_rhyme_check(p) for p in group] == want
+
+
+# ---------------------------------------------------------------- slow_token_losses
+def test_slow_token_losses_accepts_the_package_and_rejects_the_classic_bugs(passes):
+    ok, out = passes(gc.check.nb04.slow_token_losses,
+                     lambda m, t, text, T, s: gc.evaluate.token_losses(m, t, text, block_size=T,
+                                                                       stride=s))
+    assert ok, out
+
+    def sliding(model, tok, text, T, stride):      # 每个位置都看满 T 个字：不是包里的窗口计划
+        ids = [tok.eos_id] + tok.encode(text)
+        out = []
+        for i in range(len(ids) - 1):
+            logits, _ = model(torch.tensor([ids[max(0, i - T + 1):i + 1]]))
+            out.append(F.cross_entropy(logits[0, -1:], torch.tensor([ids[i + 1]])).item())
+        return torch.tensor(out)
+
+    ok, out = passes(gc.check.nb04.slow_token_losses, sliding)
+    assert not ok and "滑动窗口" in out and "window_plan" in out
+
+    def no_eos(model, tok, text, T, stride):       # 忘了开头的结束符：少一个位置
+        return nb04.solution_slow_token_losses(model, tok, text, T, stride)[1:]
+
+    ok, out = passes(gc.check.nb04.slow_token_losses, no_eos)
+    assert not ok and "eos_id" in out
+
+
+# ---------------------------------------------------------------- bootstrap_interval
+def _draws(items, stat, reps, rng, replace=True):
+    n = len(items)
+    idx = (lambda: rng.integers(n, size=n)) if replace else (lambda: rng.permutation(n))
+    return [stat([items[j] for j in idx()]) for _ in range(reps)]
+
+
+def test_bootstrap_interval_accepts_another_rng_and_rejects_the_classic_bugs(passes):
+    import numpy as np
+
+    def other_seed(items, stat, reps=1000, seed=0):       # 同样的方法、另一串随机数：也对
+        return tuple(np.percentile(_draws(items, stat, reps, np.random.default_rng(seed + 99)),
+                                   [2.5, 97.5]))
+
+    assert passes(gc.check.nb04.bootstrap_interval, other_seed)[0]
+
+    def without_replacement(items, stat, reps=1000, seed=0):
+        return tuple(np.percentile(_draws(items, stat, reps, np.random.default_rng(seed), False),
+                                   [2.5, 97.5]))
+
+    ok, out = passes(gc.check.nb04.bootstrap_interval, without_replacement)
+    assert not ok and "有放回" in out
+
+    def normal(items, stat, reps=1000, seed=0):
+        x = np.asarray(items, dtype=float)
+        se = x.std(ddof=1) / math.sqrt(len(x))
+        return x.mean() - 1.96 * se, x.mean() + 1.96 * se
+
+    ok, out = passes(gc.check.nb04.bootstrap_interval, normal)
+    assert not ok and "正态近似" in out
+
+    def ninety(items, stat, reps=1000, seed=0):
+        return tuple(np.percentile(_draws(items, stat, reps, np.random.default_rng(seed)), [5, 95]))
+
+    ok, out = passes(gc.check.nb04.bootstrap_interval, ninety)
+    assert not ok and "第 2.5 和第 97.5 百分位" in out
+
+
+def test_bootstrap_solution_is_the_packages_interval_for_a_mean():
+    """stat = 均值时，参考答案（笔记本里要求的抽法）与 gc.evaluate.bootstrap_interval 相同。"""
+    import numpy as np
+
+    package = getattr(gc.evaluate, "bootstrap_interval", None)
+    if package is None:
+        pytest.skip("这个版本的 gc.evaluate 还没有 bootstrap_interval")
+    values = [float(i % 7 == 0) for i in range(150)]
+    for seed in (0, 3):
+        ours = nb04.solution_bootstrap_interval(values, lambda xs: float(np.mean(xs)), 500, seed)
+        assert np.allclose(ours, package(values, n_boot=500, seed=seed), rtol=0, atol=1e-12)

@@ -228,3 +228,62 @@ def test_fenming_solution_equals_the_package():
             pos = (1, 3) if len(line) == 5 else (1, 3, 5)
             assert got == [rules[f"第{i + 1}句第{a + 1}、{b + 1}字分明"]
                            for a, b in zip(pos, pos[1:])]
+
+
+# ---------------------------------------------------------------- rhyme_mask
+@pytest.mark.parametrize("kind, words", [("no repeat", "重韵"), ("first line", "首句末字"),
+                                         ("tone", "ping_groups"), ("first group", "交集"),
+                                         ("last group", "交集")])
+def test_rhyme_mask_rejects_the_classic_bugs(passes, kind, words):
+    def wrong(tok, feet, first=""):
+        return nb05._rhyme_variant(tok, feet, first, kind)
+
+    ok, out = passes(gc.check.nb05.rhyme_mask, wrong)
+    assert not ok and words in out, out
+
+
+def test_rhyme_mask_rejects_punctuation_and_wrong_shapes(passes):
+    def with_comma(tok, feet, first=""):
+        m = nb05.solution_rhyme_mask(tok, feet, first).clone()
+        m[tok.encode("，")[0]] = True
+        return m
+
+    ok, out = passes(gc.check.nb05.rhyme_mask, with_comma)
+    assert not ok and "不该允许 '，'" in out
+    ok, out = passes(gc.check.nb05.rhyme_mask, lambda tok, feet, first="": [True] * tok.vocab_size)
+    assert not ok and "布尔张量" in out
+
+
+def test_rhyme_mask_solution_is_the_constraints_mask_on_real_poems():
+    """参考答案 = VerseConstraint(rhyme=True) 在真诗每个韵脚位置上的掩码（笔记本里的证明）。"""
+    from gptcourse.constraints import VerseConstraint
+
+    corpus = gc.data.load_corpus("tang_jinti")
+    tok = gc.tokenizer.CharTokenizer.from_text(corpus.train)
+    n = 0
+    for poem in gc.data.poems(corpus.val)[:12]:
+        form = gc.verse.poem_form(poem)
+        if form is None or not gc.verse.check_rhyme(poem).rhymes:
+            continue
+        vc = VerseConstraint(tok, form, rhyme=True)
+        lines, feet, first, pos = gc.verse.split_lines(poem)[0], "", "", 0
+        for i, line in enumerate(lines):
+            if i % 2 == 1:
+                prefix = poem[:pos + len(line) - 1]
+                assert torch.equal(nb05.solution_rhyme_mask(tok, feet, first), vc.allowed(prefix))
+                feet += line[-1]
+                n += 1
+            first = first or line[-1]
+            pos += len(line) + 1
+    assert n >= 20 and not vc.fallbacks
+
+
+@pytest.mark.parametrize("wrong, words", [
+    (lambda L, B, T, C, b: L * B * T * C * b, "乘 2"),
+    (lambda L, B, T, C, b: 2 * B * T * C * b, "n_layer"),
+    (lambda L, B, T, C, b: 2 * L * T * C * b, "batch"),
+    (lambda L, B, T, C, b: 2 * L * B * T * C * b * 8, "字节"),
+])
+def test_kv_cache_bytes_names_the_missing_factor(passes, wrong, words):
+    ok, out = passes(gc.check.nb05.kv_cache_bytes, wrong)
+    assert not ok and words in out, out

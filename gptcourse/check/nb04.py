@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -14,11 +15,12 @@ from ._common import _call, _fail, _ok, choice, exercise, register, results  # n
 
 __all__ = ["bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
            "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
-           "buggy_attention", "fix_attention", "distinct_ngrams"]
+           "buggy_attention", "fix_attention", "distinct_ngrams", "slow_token_losses",
+           "bootstrap_interval"]
 
 EXERCISES = ("bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
              "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
-             "fix_attention", "distinct_ngrams")
+             "fix_attention", "distinct_ngrams", "slow_token_losses", "bootstrap_interval")
 
 
 # ---------------------------------------------------------------- 练习里要找错的函数
@@ -127,6 +129,42 @@ def solution_rhyme_check(poem: str) -> bool:
     return bool(shared)
 
 
+def solution_slow_token_losses(model, tok, text: str, T: int, stride: int) -> torch.Tensor:
+    """逐位置的参照实现：每个位置单独前向一次，语境从给它打分的那个窗口的起点开始。
+
+    位置 i（从 0 数）预测第 i + 1 个词元；窗口计划是 ``gc.evaluate.window_plan(n, T, stride)``，
+    给位置 i 打分的是 first ≤ i 的最后一个窗口 (start, first)。返回 [n] 个损失（nats）。
+    """
+    from ..evaluate import window_plan
+
+    ids = [tok.eos_id] + tok.encode(text, errors="unk")          # 一首诗跟在换行后面
+    n = len(ids) - 1
+    plan = window_plan(n, T, stride)
+    out = []
+    with torch.no_grad():
+        for i in range(n):
+            start = [s for s, first in plan if first <= i][-1]
+            logits, _ = model(torch.tensor([ids[start:i + 1]]))
+            out.append(F.cross_entropy(logits[0, -1:], torch.tensor([ids[i + 1]])).item())
+    return torch.tensor(out)
+
+
+def solution_bootstrap_interval(items, stat, reps: int = 1000, seed: int = 0
+                                ) -> tuple[float, float]:
+    """按条目（一首诗、一个样本）有放回地重抽样：stat 的 95% 百分位区间 (下端, 上端)。
+
+    ``rng = np.random.default_rng(seed)``，一次抽出 reps 轮的下标 ``rng.integers(0, n, (reps, n))``
+    （每一行是一轮：有放回地抽 n 个），每一轮算一次 stat，取 reps 个结果的 2.5% 与 97.5% 分位数。
+    stat 是均值时，与 ``gc.evaluate.bootstrap_interval(items, n_boot=reps, seed=seed)`` 相同。
+    """
+    rng = np.random.default_rng(seed)
+    n = len(items)
+    idx = rng.integers(0, n, (reps, n))                     # [reps, n]：每行一轮
+    draws = [stat([items[j] for j in row]) for row in idx]
+    lo, hi = np.quantile(draws, [0.025, 0.975])
+    return float(lo), float(hi)
+
+
 def solution_guess_ledger() -> str:
     return "A"     # 不重叠的窗口：每个窗口开头的字几乎没有上文 → 损失更高
 
@@ -153,6 +191,8 @@ SOLUTIONS = register("nb04", {
     "future_leak_test": solution_future_leak_test,
     "fix_attention": solution_fix_attention,
     "distinct_ngrams": solution_distinct_ngrams,
+    "slow_token_losses": solution_slow_token_losses,
+    "bootstrap_interval": solution_bootstrap_interval,
 })
 
 
@@ -401,4 +441,99 @@ def rhyme_check(fn) -> bool:
             hint = _rhyme_hint(poem, bool(got))
             return _fail(f"{name}里的这首：{poem}\n  你的结果 {got}，应为 {want}"
                          + (f"。{hint}" if hint else ""))
+    return _ok()
+
+
+# ---------------------------------------------------------------- 第 2 节：逐位置的参照实现
+_SLOW_TEXT = "白日依山尽，黄河入海流。\n春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\n"
+
+
+def _slow_setup():
+    from ..mistakes import gallery_model, tiny_config
+    from ..tokenizer import CharTokenizer
+
+    tok = CharTokenizer.from_text(_SLOW_TEXT)
+    torch.manual_seed(0)
+    return gallery_model(tiny_config(tok.vocab_size, block_size=16)).eval(), tok
+
+
+@exercise
+def slow_token_losses(fn) -> bool:
+    """练习：``fn(model, tok, text, T, stride) -> [n]``，与 ``gc.evaluate.token_losses``
+    逐位置一致。"""
+    from ..evaluate import token_losses, window_plan
+
+    model, tok = _slow_setup()
+    for T, stride in ((8, 4), (8, 8), (6, 3), (16, 8)):
+        got, err = _call(fn, model, tok, _SLOW_TEXT, T, stride)
+        if err:
+            return _fail(f"slow_token_losses(T={T}, stride={stride}) {err}")
+        want = token_losses(model, tok, _SLOW_TEXT, block_size=T, stride=stride)
+        try:
+            got = torch.as_tensor(got, dtype=torch.float32).flatten()
+        except (TypeError, ValueError, RuntimeError):
+            return _fail(f"应返回 {len(want)} 个损失组成的张量，收到 {type(got).__name__}")
+        if got.shape != want.shape:
+            return _fail(f"应有 {len(want)} 个损失（每个词元一个），收到 {got.numel()} 个"
+                         + ("：开头要先接上结束符 tok.eos_id（一首诗跟在换行后面），"
+                            "第 0 个位置预测的是第一个字" if got.numel() == len(want) - 1 else ""))
+        bad = torch.nonzero((got - want).abs() > 1e-4).flatten()
+        if len(bad):
+            i = int(bad[0])
+            start = [s for s, first in window_plan(len(want), T, stride) if first <= i][-1]
+            slide = ("你可能让每个位置都看满 T 个字的上文（滑动窗口）；"
+                     if max(0, i - T + 1) < start else "")
+            return _fail(f"T={T}、stride={stride}：第 {i} 个位置的损失是 {float(got[i]):.4f}，"
+                         f"应为 {float(want[i]):.4f}。给它打分的窗口从第 {start} 个词元开始，"
+                         f"语境是 ids[{start}:{i + 1}]。{slide}"
+                         "窗口计划见 gc.evaluate.window_plan：first ≤ i 的最后一个窗口")
+    return _ok()
+
+
+# ---------------------------------------------------------------- 第 7 节：重抽样的区间
+_BOOT_CASES = [
+    ([round(0.1 * ((7 * i) % 53) ** 1.5, 3) for i in range(60)], "mean"),     # 偏斜的实数
+    ([1.0] * 2 + [0.0] * 38, "mean"),                                          # 接近 0 的比例
+    ([((7 * i) % 5, 4 + i % 3) for i in range(70)], "ratio"),                  # (成立, 可判断)
+]
+
+
+def _boot_stat(kind):
+    if kind == "mean":
+        return lambda xs: float(np.mean(xs))
+    return lambda xs: sum(h for h, _ in xs) / sum(c for _, c in xs)     # 像平仄合格率：和之比
+
+
+@exercise
+def bootstrap_interval(fn) -> bool:
+    """练习：``fn(items, stat, reps, seed) -> (lo, hi)``，有放回重抽样的 95% 百分位区间。
+
+    与参考答案同样抽法（``rng.integers(0, n, (reps, n))`` 一次抽完）的答案应逐位相同；别的抽法
+    只要在 10000 轮时两端与参考相差不到区间宽度的 4% 也算对（那是蒙特卡洛误差）。"""
+    for items, kind in _BOOT_CASES:
+        stat = _boot_stat(kind)
+        got, err = _call(fn, items, stat, 10000, 1)
+        if err:
+            return _fail(f"bootstrap_interval {err}")
+        try:
+            lo, hi = map(float, got)
+        except (TypeError, ValueError):
+            return _fail(f"应返回 (下端, 上端) 两个数，收到 {got!r}")
+        want_lo, want_hi = solution_bootstrap_interval(items, stat, 10000, 1)
+        point = stat(items)
+        what = "均值" if kind == "mean" else "两个和之比"
+        if max(abs(lo - want_lo), abs(hi - want_hi)) <= 0.04 * (want_hi - want_lo):
+            continue
+        if abs(hi - lo) < 1e-9:
+            hint = ("区间宽度是 0：重抽样要**有放回**（rng.integers），"
+                    "不放回地重排每轮都是原来那组数")
+        elif lo < 0 <= want_lo and kind == "mean":
+            hint = ("下端小于 0：这是“均值 ± 1.96 × 标准误”的正态近似；比例接近 0 时它会越界，"
+                    "要用重抽样结果的第 2.5 和第 97.5 百分位")
+        elif lo > want_lo and hi < want_hi:
+            hint = "区间太窄：95% 区间取第 2.5 和第 97.5 百分位（不是第 5 和第 95）"
+        else:
+            hint = "每一轮从 n 个条目里有放回地抽 n 个，算一次 stat，再取 2.5% 与 97.5% 分位数"
+        return _fail(f"{len(items)} 个条目的{what}（{point:.3f}）：得到 [{lo:.3f}, {hi:.3f}]，"
+                     f"应约为 [{want_lo:.3f}, {want_hi:.3f}]。{hint}")
     return _ok()

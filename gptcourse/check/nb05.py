@@ -17,11 +17,11 @@ from ._common import _call, _fail, _ok, choice, exercise, register, results  # n
 
 __all__ = ["decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
            "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
-           "quantize_rows", "fenming"]
+           "quantize_rows", "fenming", "rhyme_mask"]
 
 EXERCISES = ("decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
              "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
-             "quantize_rows", "fenming")
+             "quantize_rows", "fenming", "rhyme_mask")
 
 
 
@@ -136,6 +136,23 @@ def solution_fenming(line: str) -> list[bool | None]:
     return out
 
 
+def solution_rhyme_mask(tok, feet: str, first: str = "") -> torch.Tensor:
+    """一个韵脚位置上允许的词元 [V]（bool）。
+
+    feet：前面双数句已经写下的韵脚（按顺序，可以为空）；first：首句的末字（还没写完首句时为空）。
+    允许 = 一个汉字、它的平声韵部与全部已有韵脚的共同韵部有交集（还没有韵脚时：任何平声韵部），
+    并且没有做过韵脚——不是 feet 里的字，也不是首句末字（不重韵）。
+    """
+    from ..verse import PING, group_names, ping_groups
+
+    groups = set(group_names(PING))
+    for c in feet:                                  # 多音字可能属于几个韵部：取交集
+        groups &= set(ping_groups(c))
+    used = set(feet) | set(first)
+    return torch.tensor([p not in used and bool(set(ping_groups(p)) & groups)
+                         for p in (tok.decode([i]) for i in range(tok.vocab_size))])
+
+
 def solution_guess_frequency() -> str:
     return "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
 
@@ -160,6 +177,7 @@ SOLUTIONS = register("nb05", {
     "rope_cached_step": solution_rope_cached_step,
     "quantize_rows": solution_quantize_rows,
     "fenming": solution_fenming,
+    "rhyme_mask": solution_rhyme_mask,
 })
 
 
@@ -253,13 +271,19 @@ def repetition_penalty(fn) -> bool:
 @exercise
 def kv_cache_bytes(fn) -> bool:
     """练习：``fn(n_layer, batch, seq_len, n_embd, bytes_per)`` → KV 缓存字节数。"""
-    for args in ((4, 1, 128, 256, 4), (12, 1, 1024, 768, 4), (12, 8, 1024, 768, 2)):
+    for args in ((4, 1, 128, 256, 4), (12, 1, 1024, 768, 4), (12, 8, 1024, 768, 2),
+                 (3, 5, 7, 96, 2)):
         got, err = _call(fn, *args)
         if err:
             return _fail(err)
         want = solution_kv_cache_bytes(*args)
         if got != want:
-            hint = "（K 和 V 两份，别忘了乘 2）" if got == want // 2 else ""
+            L, B = args[0], args[1]
+            hint = ("（K 和 V 两份，别忘了乘 2）" if got == want // 2 else
+                    "（每一层都有自己的 K、V，要乘层数 n_layer）" if got == want // L else
+                    "（批里每一行都有自己的缓存，要乘 batch）" if B > 1 and got == want // B else
+                    "（单位是字节：bytes_per 已是字节数，不要再乘 8）" if got == want * 8 else
+                    "")
             return _fail(f"参数 {args}：应得 {want:,} 字节，收到 {got!r}{hint}")
     return _ok()
 
@@ -399,8 +423,9 @@ def rope_cached_step(fn) -> bool:
 def guess_offset(guess) -> bool:
     """先猜一猜：缓存解码时每一步都把新词元当成位置 0，会怎样？"""
     return choice(guess, GUESS_OFFSET, "ABCD",
-                  hints="RoPE 的注意力分数只取决于 Q 与 K 的位置差。新词元按位置 0 旋转、"
-                        "缓存里的 K 按真实位置旋转，第一个带缓存的步骤里位置差就已经错了")
+                  hints="每一步都按位置 0 旋转：新的 Q 和写进缓存的 K 都转了 0 度——根本没转，"
+                        "模型失去了位置编码。RoPE 的分数取决于 Q 与 K 的位置差，第一个带缓存的步骤"
+                        "（第 2 个位置）里这个差就已经是 0 而不是 1 了")
 
 
 # ---------------------------------------------------------------- 第 7 节：int8 量化
@@ -501,4 +526,68 @@ def fenming(fn) -> bool:
                 hint = _fenming_hint(line, got, len(want))
                 return _fail(f"{name}：fenming({line!r})（平仄 {tones}）应为 {want}，收到 {got!r}"
                              + (f"。{hint}" if hint else ""))
+    return _ok()
+
+
+# ---------------------------------------------------------------- 第 6 节：押韵的掩码
+# 检查用的小词表：一东、二冬、七阳、八庚、九青的字，"行"属于七阳和八庚两个韵部，"同中空乡"
+# 可平可仄（表里标"中"）却都在平声韵部里，"月白日"只有仄声，还有标点与换行
+_RHYME_TEXT = "东同中空红风冬钟阳光霜乡行明声情青春月白日，。\n"
+_RHYME_CASES = [("", ""), ("光", ""), ("", "东"), ("行", "明"), ("行光", ""), ("光行", "霜"),
+                ("东", "中"), ("东空", "风"), ("明", "行")]
+
+
+def _rhyme_variant(tok, feet: str, first: str, kind: str) -> torch.Tensor:
+    from ..verse import PING, group_names, ping_groups, tone
+
+    groups = set(group_names(PING))
+    chain = feet[:1] if kind == "first group" else feet[-1:] if kind == "last group" else feet
+    for c in chain:
+        groups &= set(ping_groups(c))
+    used = {"no repeat": set(), "first line": set(feet)}.get(kind, set(feet) | set(first))
+    pieces = [tok.decode([i]) for i in range(tok.vocab_size)]
+    if kind == "tone":
+        return torch.tensor([p not in used and tone(p) == PING for p in pieces])
+    return torch.tensor([p not in used and bool(set(ping_groups(p)) & groups) for p in pieces])
+
+
+_RHYME_HINTS = {
+    "first line": "首句末字也算做过韵脚（首句可以入韵），它也不能再用",
+    "no repeat": "已经做过韵脚的字又被允许了——这是重韵：同一个字不能押两次，要把 feet 和首句末字"
+                 "都去掉",
+    "tone": "不是“平声字”就行：要看字属于哪个平声韵部（gc.verse.ping_groups），“同”“空”这样"
+            "可平可仄的字也在一东韵里",
+    "first group": "只用了第一个韵脚的韵部：多音字（如“行”属于七阳和八庚）的韵部要和后面每一个韵脚"
+                   "取交集",
+    "last group": "只用了最后一个韵脚的韵部：要和前面每一个韵脚的韵部都取交集",
+}
+
+
+@exercise
+def rhyme_mask(fn) -> bool:
+    """练习：``fn(tok, feet, first) -> [V] bool``，与 ``solution_rhyme_mask``（也就是
+    ``gc.constraints.VerseConstraint`` 在韵脚位置上的掩码）一致。"""
+    from ..tokenizer import CharTokenizer
+
+    tok = CharTokenizer.from_text(_RHYME_TEXT)
+    for feet, first in _RHYME_CASES:
+        got, err = _call(fn, tok, feet, first)
+        if err:
+            return _fail(f"rhyme_mask(tok, {feet!r}, {first!r}) {err}")
+        want = solution_rhyme_mask(tok, feet, first)
+        if not isinstance(got, torch.Tensor) or got.shape != want.shape:
+            return _fail(f"rhyme_mask(tok, {feet!r}, {first!r}) 应返回形状 {tuple(want.shape)} 的"
+                         f"布尔张量，收到 {getattr(got, 'shape', type(got).__name__)}")
+        got = got.bool()
+        if torch.equal(got, want):
+            continue
+        extra = "".join(tok.decode([i]) for i in torch.nonzero(got & ~want).flatten().tolist())
+        missing = "".join(tok.decode([i]) for i in torch.nonzero(want & ~got).flatten().tolist())
+        hint = next((h for kind, h in _RHYME_HINTS.items()
+                     if torch.equal(got, _rhyme_variant(tok, feet, first, kind))), "")
+        return _fail(f"韵脚 {feet or '（还没有）'}、首句末字 {first or '（还没有）'}："
+                     + (f"不该允许 {extra!r}" if extra else "")
+                     + ("；" if extra and missing else "")
+                     + (f"漏了 {missing!r}" if missing else "")
+                     + (f"。{hint}" if hint else ""))
     return _ok()
