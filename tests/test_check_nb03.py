@@ -322,7 +322,8 @@ def test_early_stopping_mistakes(passes, capsys):
     assert not ok and "下标" in out
 
 
-def test_predictions(passes, capsys):
+def test_predictions(passes, capsys, monkeypatch):
+    monkeypatch.setenv("GPTCOURSE_QUICK", "0")                       # 完整模式：按这次量到的判
     assert passes(nb03.predict_init_loss, "c", 8.80, 6436)[0]
     ok, out = passes(nb03.predict_init_loss, "D", 8.80, 6436)
     assert not ok and "ln 6436" in out
@@ -349,6 +350,11 @@ def test_predictions(passes, capsys):
     assert not ok and "实验给出的是 C" in out and "很短" in out
     assert passes(nb03.predict_windows, "C", 5.5, 5.51)[0]
     assert passes(nb03.predict_windows, "A", 5.4, 5.5)[0]
+    monkeypatch.setenv("GPTCOURSE_QUICK", "1")     # 快速模式量不出现象：按完整模式的结果（B）判
+    ok, out = passes(nb03.predict_overfit, "B", falling)
+    assert ok and "完整模式" in out
+    assert not passes(nb03.predict_overfit, "A", falling)[0]
+    assert passes(nb03.predict_windows, "B", 5.5, 5.51)[0]
 
 
 def _titled_keeping_marks(pairs, tok):

@@ -868,6 +868,17 @@ def predict_bf16_gap(guess, gap: float, spread: float) -> bool:
 
 OVERFIT_OPTIONS = {"A": "一直下降", "B": "先降后升", "C": "几乎不变"}
 _SHORT = "（这次的训练很短——快速模式？——所以按这次量到的判；完整模式的结果见正文）"
+# 快速模式（评分就在快速模式下跑）训练太短，量不出完整模式的现象：这时按完整模式量到的结果判，
+# 否则照着正文答对的学生反而记错
+_QUICK = "（快速模式训练太短，量不出这个现象：按完整模式量到的结果判）"
+
+
+def _judged(seen: str, full_mode: str) -> tuple[str, str]:
+    """(按哪个答案判, 附加说明)：完整模式按这次量到的；快速模式量不出时按完整模式的结果。"""
+    from ..runtime import is_quick
+    if seen != full_mode and is_quick():
+        return full_mode, _QUICK
+    return seen, "" if seen == full_mode else _SHORT
 
 
 def _observed_overfit(vals: list[float]) -> str:
@@ -884,10 +895,10 @@ def predict_overfit(guess, history) -> bool:
     对错按这一次实验量到的曲线判（完整模式下是 B，先降后升）；曲线还没显示出来时
     （快速模式训练太短），按量到的形状判，并说明原因。"""
     vals = [e["val"] for e in (history.evals if hasattr(history, "evals") else history["evals"])]
-    seen = _observed_overfit(vals)
+    seen, note = _judged(_observed_overfit(vals), "B")
     return choice(guess, seen, OVERFIT_OPTIONS,
                   why=f"验证损失从 {vals[0]:.2f} 降到最低 {min(vals):.2f}，最后是 {vals[-1]:.2f}"
-                      + ("：模型开始背诵训练集了" if seen == "B" else _SHORT))
+                      + (note or "：模型开始背诵训练集了"))
 
 
 WINDOW_OPTIONS = {"A": "学习式位置仍然更好", "B": "RoPE 反超", "C": "两者差不多（差距小于 0.02）"}
@@ -899,10 +910,10 @@ def predict_windows(guess, learned: float, rope: float) -> bool:
 
     对错按这一次量到的两个损失判（完整模式下是 B：RoPE 反超，绝对位置不再是"第几个字"的
     免费答案）。"""
-    seen = "C" if abs(learned - rope) < 0.02 else ("A" if learned < rope else "B")
+    seen, note = _judged("C" if abs(learned - rope) < 0.02 else ("A" if learned < rope else "B"),
+                         "B")
     return choice(guess, seen, WINDOW_OPTIONS,
-                  why=f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}"
-                      + ("" if seen == "B" else _SHORT))
+                  why=f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}" + note)
 
 
 def report() -> int:
