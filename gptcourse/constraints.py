@@ -33,6 +33,7 @@ BPE 分词器也能用（不是整字的词元在约束下一律不允许）。
 """
 from __future__ import annotations
 
+import weakref
 from typing import NamedTuple
 
 import torch
@@ -61,6 +62,42 @@ class State(NamedTuple):
     rhymed: frozenset = frozenset()  # 已经写完的首句与双数句的末字（后面的韵脚不许再用：重韵）
 
 
+class _Vocab:
+    """一个词表上与约束无关的表：每个词元的文字、能填字位的汉字、各声调的掩码、句末标点，
+    以及按键缓存的掩码（韵部、不重韵、平仄目标……它们也只取决于词表）。
+
+    每个分词器只算一次（:func:`_vocab`）：建表要对 V 个词元逐个查平水韵，约几十毫秒，
+    放在每次 ``generate`` 里会比写一首诗本身还慢。"""
+
+    def __init__(self, tok):
+        pieces = _pieces(tok)
+        self.id: dict[str, int] = {}
+        for i, p in enumerate(pieces):
+            self.id.setdefault(p, i)
+        self.V = tok.vocab_size
+        self.chars = [p if len(p) == 1 and is_hanzi(p) else None for p in pieces]
+        self.hanzi = self.mask(lambda c: True)                                   # [V]
+        self.tone_ok = {t: self.mask(lambda c, t=t: tone(c) in (t, BOTH)) for t in (PING, ZE)}
+        self.known = self.mask(lambda c: tone(c) is not None)
+        self.cache: dict = {}
+
+    def mask(self, keep) -> torch.Tensor:
+        return torch.tensor([c is not None and keep(c) for c in self.chars], dtype=torch.bool)
+
+
+_VOCABS: dict[int, tuple[weakref.ref, _Vocab]] = {}
+
+
+def _vocab(tok) -> _Vocab:
+    """这个分词器的 :class:`_Vocab`（按对象缓存；分词器被回收后缓存失效）。"""
+    hit = _VOCABS.get(id(tok))
+    if hit is not None and hit[0]() is tok:
+        return hit[1]
+    v = _Vocab(tok)
+    _VOCABS[id(tok)] = (weakref.ref(tok), v)
+    return v
+
+
 class VerseConstraint:
     """一首诗的格式约束。``allowed(poem)`` 给出下一个词元的允许掩码 [V]（bool）。
 
@@ -74,10 +111,8 @@ class VerseConstraint:
             raise UserError("VerseConstraint 需要诗体 form、藏头 acrostic 或押韵/平仄约束之一")
         if form is not None and form not in FORMS:
             raise UserError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
-        pieces = _pieces(tok)
-        self._id = {}
-        for i, p in enumerate(pieces):
-            self._id.setdefault(p, i)
+        vocab = _vocab(tok)
+        self._id = vocab.id
         if COMMA not in self._id or PERIOD not in self._id:
             raise UserError("诗体约束需要词表里有单独的“，”和“。”词元")
         self.line_len: int | None = None      # None = 由模型在第一句里选 5 或 7
@@ -100,14 +135,12 @@ class VerseConstraint:
         self.rhyme, self.tones = bool(rhyme or self.rhyme_group), bool(tones)
         self.fallbacks: set[str] = set()         # 放宽过的约束："平仄" / "重韵" / "押韵"
         self.eos_id = tok.eos_id
-        self._V = tok.vocab_size
-        chars = [p if len(p) == 1 and is_hanzi(p) else None for p in pieces]
-        self._chars = chars
-        self.hanzi = self._mask(lambda c: True)                                  # [V]
-        self._tone_ok = {t: self._mask(lambda c, t=t: tone(c) in (t, BOTH)) for t in (PING, ZE)}
-        self._known = self._mask(lambda c: tone(c) is not None)
+        self._V, self._chars = vocab.V, vocab.chars
+        self.hanzi, self._tone_ok, self._known = vocab.hanzi, vocab.tone_ok, vocab.known
+        self._cache = vocab.cache                    # 掩码只取决于词表：同一个分词器的约束共用
+        if len(self._cache) > 20000:                 # 缓存只是加速，太大就重来
+            self._cache.clear()
         self._ends = [self._ids(end_marks(i)) for i in (0, 1)]                  # 单数句 / 双数句
-        self._cache: dict = {}
         self._states: dict[str, State] = {"": State(0, 0, self.line_len, (), (), None)}
         if self.rhyme_group and not self._rhyme_mask(None).any():
             raise RhymeGroupError(f"词表里没有{self.rhyme_group}的字，无法押这个韵；"
@@ -137,10 +170,10 @@ class VerseConstraint:
         return self._cache[key]
 
     def _rhyme_mask(self, groups: frozenset | None) -> torch.Tensor:
-        key = ("rhyme", groups)
+        if groups is None:                           # 还没有韵脚：指定的韵部，或任何平声韵部
+            groups = frozenset({self.rhyme_group} if self.rhyme_group else group_names(PING))
+        key = ("rhyme", groups)                      # 只由韵部决定：同一词表的约束可以共用
         if key not in self._cache:
-            if groups is None:
-                groups = {self.rhyme_group} if self.rhyme_group else set(group_names(PING))
             self._cache[key] = self._mask(lambda c: bool(set(ping_groups(c)) & groups))
         return self._cache[key]
 

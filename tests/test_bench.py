@@ -86,3 +86,9 @@ def test_peer_row_is_skipped_with_a_message_without_transformers(tiny_llama_pair
     model, tok = tiny_llama_pair
     assert generation.peer_row(model, tok, quick=True) == {"skipped": "transformers 没有安装"}
     assert "跳过" in capsys.readouterr().out
+
+
+def test_load_average_after_the_start_includes_the_bench_itself():
+    """负载平均只在开始前判断（之后里面有基准自己）；别的进程的占比每次都判断。"""
+    assert machine.busy_reasons([snap(), snap(load=1.2)], []) == []
+    assert machine.busy_reasons([snap(), snap(share=0.5)], [])

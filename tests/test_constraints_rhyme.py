@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import pytest
 
+import torch
+
 import gptcourse as gc
 from gptcourse import cli
 from gptcourse.generate import sample_poems
@@ -82,3 +84,16 @@ def test_cli_rejects_an_empty_rhyme_group(capsys):                 # R4：命令
     assert cli.main(["generate", "--rhyme-group", "", "--form", "五绝", "--seed", "0"]) == 2
     err = capsys.readouterr().err
     assert "未知的平声韵部 ''" in err and "Traceback" not in err
+
+
+def test_vocabulary_tables_are_shared_but_rhyme_groups_are_not():
+    """词表上的表每个分词器只建一次；指定不同韵部的两个约束不会拿错对方的掩码。"""
+    from gptcourse.constraints import VerseConstraint, _vocab
+    model, tok, _ = gc.checkpoint.load()
+    a = VerseConstraint(tok, "五绝", rhyme_group="东")
+    b = VerseConstraint(tok, "五绝", rhyme_group="阳")
+    assert a._cache is b._cache is _vocab(tok).cache
+    ma, mb = a._rhyme_mask(None), b._rhyme_mask(None)
+    assert not torch.equal(ma, mb)
+    east, yang = tok.encode("东")[0], tok.encode("阳")[0]
+    assert ma[east] and not ma[yang] and mb[yang] and not mb[east]

@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"===== {name} =====")
         results[name] = importlib.import_module(f".{name}", __package__).run(quick=args.quick)
         fp32 += results[name].get("fp32_samples", [])
-        fp32.append(matmul_ceiling(results["limits"]["fp32"]["n"], 2)["gflops"])  # 各项之间重测
+        fp32.append(matmul_ceiling(results["limits"]["fp32"]["n"], 5)["gflops"])  # 各项之间重测
         print()
     after = snapshot()
     busy = busy_reasons([before, after], fp32)

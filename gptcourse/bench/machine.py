@@ -77,14 +77,17 @@ def snapshot(seconds: float = 1.0) -> dict:
 
 
 def busy_reasons(snapshots: list[dict], fp32_gflops: list[float]) -> list[str]:
-    """快照与各次 fp32 上限 → 机器“忙”的理由（空列表 = 安静）。"""
+    """快照与各次 fp32 上限 → 机器“忙”的理由（空列表 = 安静）。
+
+    负载平均只看第一张快照（开始之前）：之后的负载平均里有基准自己的线程。别的进程的 CPU 占比
+    不含本进程，每张快照都看。"""
     reasons = []
-    for s in snapshots:
+    for i, s in enumerate(snapshots):
         share, load, cores = s.get("other_cpu_share"), s.get("load_average"), s["cores"] or 1
         if share is not None and share > MAX_OTHER_SHARE:
             reasons.append(f"{s['time']} 别的进程用掉了全部核的 {share:.0%}"
                            f"（上限 {MAX_OTHER_SHARE:.0%}）")
-        if load and load[0] / cores > MAX_LOAD_PER_CORE:
+        if i == 0 and load and load[0] / cores > MAX_LOAD_PER_CORE:
             reasons.append(f"{s['time']} 负载平均 {load[0]:.2f}，每核 {load[0] / cores:.2f}"
                            f"（上限 {MAX_LOAD_PER_CORE}）")
     if len(fp32_gflops) > 1:

@@ -110,7 +110,7 @@ def run(quick: bool = False, vocab_size: int | None = None) -> dict:
         rates["参照"].append(reference_loop(models["参照"], data, B, T, seg, start))
         for name, c in cases.items():
             rates[name].append(_train_segment(models[name], data, val, c, start, seg))
-        again = matmul_ceiling(ceilings["fp32"]["n"], 2)           # 上限也在各段之间重测，取最好
+        again = matmul_ceiling(ceilings["fp32"]["n"], 5)           # 上限也在各段之间重测，取最好
         fp32_samples.append(again["gflops"])
         ceilings["fp32"] = max(ceilings["fp32"], again, key=lambda d: d["gflops"])
     ref = statistics.median(rates["参照"])

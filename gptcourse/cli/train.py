@@ -35,14 +35,14 @@ from ..train import History, TrainConfig, TrainingDiverged, make_optimizer, trai
 # 编译要先花约一分钟（算在训练时间里），之后每步快一点：训练超过这么多步才划算。
 # 门槛来自 python -m gptcourse.bench 的训练一节（编译多花的秒数 ÷ 每步省下的秒数），
 # 见 docs/benchmarks.md。
-COMPILE_MIN_STEPS = 500
+COMPILE_MIN_STEPS = 300
 
 
 def compile_pays(steps: int | None, minutes: float | None) -> bool:
     """``--compile`` 没给时：按步数（或按分钟数估算的步数）是否超过实测的门槛决定。"""
     if steps is not None:
         return steps >= COMPILE_MIN_STEPS
-    return minutes is not None and minutes >= 5            # 5 分钟 ≈ 门槛步数（2 核 CPU）
+    return minutes is not None and minutes >= 2            # 2 分钟 ≈ 门槛步数（2 核 CPU）
 
 
 def cli_arguments(p) -> None:
