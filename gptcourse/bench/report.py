@@ -54,9 +54,11 @@ def _training(t: dict) -> list[str]:
         step_c = t["model"]["batch_size"] * t["model"]["block_size"] / compiled["tokens_per_s"]
         extra = (compiled["warmup_s"] or 0) - (eager["warmup_s"] or 0)
         if step_c < step_e:
-            out += ["", f"编译多花 {extra:.0f} 秒，每步省 {1e3 * (step_e - step_c):.0f} ms："
-                        f"训练超过 **{extra / (step_e - step_c):,.0f} 步** 时编译才划算"
-                        "（`python -m gptcourse train` 的 `--compile auto` 按这个门槛决定）。"]
+            out += ["", f"这次编译多花 {extra:.0f} 秒，每步省 {1e3 * (step_e - step_c):.0f} ms："
+                        f"训练超过 {extra / (step_e - step_c):,.0f} 步时编译才划算。编译时间取决于"
+                        " inductor 的磁盘缓存（缓存热时只要几秒）；"
+                        "`python -m gptcourse train` 默认的门槛按冷缓存定"
+                        "（`cli/train.py` 的 `COMPILE_MIN_STEPS`）。"]
         else:
             out += ["", "这次编译后并不更快：`--compile auto` 不编译。"]
     return out
@@ -70,7 +72,8 @@ def _generation(g: dict) -> list[str]:
     if "floor" in g:
         f = g["floor"]
         out += ["", f"**内存带宽下限**：每个词元要把 {f['weight_mb']:.1f} MB fp32 权重读一遍，"
-                    f"按 {f['gb_s']:.1f} GB/s 算最多 {f['floor_tok_s']:,.0f} 词元/秒；"
+                    f"按 {f['gb_s']:.1f} GB/s（与解码一样用 1 个线程测的复制带宽）算最多 "
+                    f"{f['floor_tok_s']:,.0f} 词元/秒；"
                     "默认设置达到它的 "
                     f"**{f['fraction']:.0%}**（{f['tok_s']:,.0f} 词元/秒）。"]
     p = g.get("peer") or {}

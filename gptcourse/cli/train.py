@@ -32,17 +32,18 @@ from ..tokenizer import CharTokenizer
 from ..train import History, TrainConfig, TrainingDiverged, make_optimizer, train
 
 
-# 编译要先花约一分钟（算在训练时间里），之后每步快一点：训练超过这么多步才划算。
-# 门槛来自 python -m gptcourse.bench 的训练一节（编译多花的秒数 ÷ 每步省下的秒数），
-# 见 docs/benchmarks.md。
-COMPILE_MIN_STEPS = 300
+# 编译要先花一段时间（算在训练时间里），之后每步快一点：训练超过这么多步才划算。
+# 门槛 = 编译多花的秒数 ÷ 每步省下的秒数：inductor 磁盘缓存是冷的时候多花 26 秒（2026-12-01，
+# Intel Xeon 2 核，清空 /tmp/torchinductor_* 后实测），每步省 52 ms（docs/benchmarks.md 训练一节）
+# → 约 490 步。缓存热的时候只多花几秒，门槛更低；按冷缓存定，宁可少编译。
+COMPILE_MIN_STEPS = 500
 
 
 def compile_pays(steps: int | None, minutes: float | None) -> bool:
     """``--compile`` 没给时：按步数（或按分钟数估算的步数）是否超过实测的门槛决定。"""
     if steps is not None:
         return steps >= COMPILE_MIN_STEPS
-    return minutes is not None and minutes >= 2            # 2 分钟 ≈ 门槛步数（2 核 CPU）
+    return minutes is not None and minutes >= 3            # 3 分钟 ≈ 门槛步数（2 核 CPU）
 
 
 def cli_arguments(p) -> None:
