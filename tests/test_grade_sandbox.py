@@ -365,7 +365,21 @@ def test_classmates_folder_is_hidden_inside_the_repo():
     """作业放在仓库里时，沙箱里那个目录换成空目录（看不到同学的作业）。"""
     hw = ROOT / "作业"
     cmd = sandbox.bwrap_command(["true"], Path("/tmp/scratch"), hide=[hw, ROOT])
-    i = cmd.index("--tmpfs", cmd.index("--ro-bind"))
-    assert cmd[i + 1] == str(hw.resolve())
+    tmpfs = [j for j, a in enumerate(cmd) if a == "--tmpfs"]
+    hidden = next(j for j in tmpfs if cmd[j + 1] == str(hw.resolve()))
+    root_bind = next(j for j, a in enumerate(cmd) if a == "--ro-bind" and cmd[j + 1] ==
+                     str(ROOT.resolve()))
+    assert root_bind < hidden                          # 先挂上仓库，再把作业目录盖成空目录
     assert str(ROOT) not in [cmd[j + 1] for j, a in enumerate(cmd) if a == "--tmpfs"]
     assert cmd[cmd.index("--uid") + 1] == "65534" and "--unshare-all" in cmd
+
+
+def test_a_repo_under_tmp_stays_visible_above_the_private_tmp(monkeypatch):
+    """仓库克隆在 /tmp 下（CI 的干净检出就是这样）：私有 /tmp 之后再把它只读挂回来。"""
+    fake = Path("/tmp/some-clone")
+    monkeypatch.setattr(sandbox, "_readable_roots", lambda: ([Path("/usr"), fake], []))
+    cmd = sandbox.bwrap_command(["true"], Path("/tmp/scratch"))
+    tmp = cmd.index("/tmp", cmd.index("--tmpfs"))
+    binds = [j for j, a in enumerate(cmd) if a == "--ro-bind" and cmd[j + 1] == str(fake)]
+    assert binds and binds[0] > tmp
+

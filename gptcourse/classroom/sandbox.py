@@ -95,17 +95,22 @@ def bwrap_command(argv: list[str], scratch: Path, hide: list[Path] = (),
     """在 bubblewrap 里运行 argv 的完整命令行；``hide`` 里的目录（其他作业所在处）换成空目录。"""
     cmd = [shutil.which("bwrap") or "bwrap", *_base_args()]
     roots, links = _readable_roots()
+    tmp = Path("/tmp").resolve()
+    under_tmp = [p for p in roots if p.is_relative_to(tmp)]   # 例如仓库克隆在 /tmp 下（CI 就是这样）
     for p in roots:
-        cmd += ["--ro-bind", str(p), str(p)]
+        if p not in under_tmp:
+            cmd += ["--ro-bind", str(p), str(p)]
     for target, name in links:
         cmd += ["--symlink", target, name]
+    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_size), "--tmpfs", "/tmp"]
+    for p in under_tmp:                          # 私有的 /tmp 盖住了它们：在 tmpfs 之上再只读挂回来
+        cmd += ["--ro-bind", str(p), str(p)]
     for p in (Path(h).resolve() for h in hide):
         visible = any(p.is_relative_to(r) for r in roots)
         if visible and not any(r.is_relative_to(p) for r in roots) \
                 and not scratch.resolve().is_relative_to(p):
             cmd += ["--size", "4096", "--tmpfs", str(p)]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_size), "--tmpfs", "/tmp",
-            "--bind", str(scratch), str(scratch), "--remount-ro", "/",
+    cmd += ["--bind", str(scratch), str(scratch), "--remount-ro", "/",
             "--chdir", str(scratch), "--", *argv]
     return cmd
 
