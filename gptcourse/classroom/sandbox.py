@@ -96,7 +96,7 @@ def bwrap_command(argv: list[str], scratch: Path, hide: list[Path] = (),
     cmd = [shutil.which("bwrap") or "bwrap", *_base_args()]
     roots, links = _readable_roots()
     tmp = Path("/tmp").resolve()
-    under_tmp = [p for p in roots if p.is_relative_to(tmp)]   # 例如仓库克隆在 /tmp 下（CI 就是这样）
+    under_tmp = [p for p in roots if p.is_relative_to(tmp)]   # 例如克隆在 /tmp 下的仓库
     for p in roots:
         if p not in under_tmp:
             cmd += ["--ro-bind", str(p), str(p)]
