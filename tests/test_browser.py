@@ -78,13 +78,7 @@ def test_page_writes_a_poem_token_by_token(demo, browser):
     browser.js("window.__updates = 0; new MutationObserver(r => { window.__updates += r.length; })"
                ".observe(document.getElementById('poem'),"
                " {childList: true, characterData: true, subtree: true});")
-    prompt = browser.element("#prompt")
-    browser.call("POST", f"/element/{prompt}/value", {"text": "春"})
-    browser.js("document.getElementById('form').value = arguments[0];", "五绝")
-    browser.js("document.getElementById('seed').value = '7';")
-    browser.call("POST", f"/element/{browser.element('#go')}/click", {})
-    wait_done(browser)
-    poem = browser.js("return document.getElementById('poem').dataset.text")
+    poem = write(browser, "#prompt", "春", "五绝", 7)
     assert poem.startswith("春") and check_form(poem, "五绝"), poem
     assert browser.js("return document.querySelectorAll('#poem .line').length") == 2   # 每联一行
     assert browser.js("return window.__updates") >= len(poem) - 1   # 一个字一个字地出现
@@ -108,6 +102,16 @@ def screenshot(browser, suffix: str = "") -> bytes:
         with open(root + suffix + ext, "wb") as f:
             f.write(png)
     return png
+
+
+def write(browser, field: str, text: str, form: str, seed: int) -> str:
+    """在 field（#prompt / #title）里打字、选诗体和种子、点“写诗”，等写完，返回写出的诗。"""
+    browser.call("POST", f"/element/{browser.element(field)}/value", {"text": text})
+    browser.js("document.getElementById('form').value = arguments[0];", form)
+    browser.js(f"document.getElementById('seed').value = '{seed}';")
+    browser.call("POST", f"/element/{browser.element('#go')}/click", {})
+    wait_done(browser)
+    return browser.js("return document.getElementById('poem').dataset.text")
 
 
 def wait_done(browser, seconds: float = 90) -> None:
@@ -148,13 +152,7 @@ def test_title_field_writes_to_a_title(demo, browser):
     """题目一栏：页面把题目交给服务器，写出的诗与 generate(title=...) 相同（题目不在正文里）。"""
     from gptcourse.generate import generate
     open_page(browser, demo + "/")
-    title = browser.element("#title")
-    browser.call("POST", f"/element/{title}/value", {"text": "送友人"})
-    browser.js("document.getElementById('form').value = arguments[0];", "五绝")
-    browser.js("document.getElementById('seed').value = '5';")
-    browser.call("POST", f"/element/{browser.element('#go')}/click", {})
-    wait_done(browser)
-    poem = browser.js("return document.getElementById('poem').dataset.text")
+    poem = write(browser, "#title", "送友人", "五绝", 5)
     d = {k: browser.js(f"return document.getElementById('{k}').value")
          for k in ("temperature", "top_p")}
     model, tok = demo_model()
