@@ -34,13 +34,15 @@ BPE 分词器也能用（不是整字的词元在约束下一律不允许）。
 from __future__ import annotations
 
 import weakref
+from functools import lru_cache
 from typing import NamedTuple
 
 import torch
 
 from .errors import UserError
 from .verse import (BOTH, COMMA, FORMS, PERIOD, PING, PUNCT, ZE, RhymeGroupError, end_marks,
-                    group_names, is_hanzi, ping_groups, resolve_group, tone, tone_positions)
+                    foot_lines, group_names, is_hanzi, ping_groups, resolve_group, rhyme_lines,
+                    tone, tone_pairs, tone_positions)
 
 _OPPOSITE = {PING: ZE, ZE: PING}
 
@@ -98,6 +100,16 @@ def _vocab(tok) -> _Vocab:
     return v
 
 
+@lru_cache(maxsize=None)
+def _pairs_ending_at(line_len: int, n_lines: int) -> dict[tuple[int, int], list]:
+    """(句, 字) → 后写的一端是它的平仄规则；讲平仄的位置都在里面（可能是空列表）。"""
+    out: dict[tuple[int, int], list] = {(k, p): [] for k in range(n_lines)
+                                        for p in tone_positions(line_len)}
+    for r in tone_pairs(line_len, n_lines):
+        out[(r.b, r.j)].append(r)
+    return out
+
+
 class VerseConstraint:
     """一首诗的格式约束。``allowed(poem)`` 给出下一个词元的允许掩码 [V]（bool）。
 
@@ -140,7 +152,8 @@ class VerseConstraint:
         self._cache = vocab.cache                    # 掩码只取决于词表：同一个分词器的约束共用
         if len(self._cache) > 20000:                 # 缓存只是加速，太大就重来
             self._cache.clear()
-        self._ends = [self._ids(end_marks(i)) for i in (0, 1)]                  # 单数句 / 双数句
+        n = self.n_lines or 8                 # 没定句数时按 8 句：前 4 句的规则与绝句相同
+        self._rhyme_lines, self._foot_lines = rhyme_lines(n), foot_lines(n)
         self._states: dict[str, State] = {"": State(0, 0, self.line_len, (), (), None)}
         if self.rhyme_group and not self._rhyme_mask(None).any():
             raise RhymeGroupError(f"词表里没有{self.rhyme_group}的字，无法押这个韵；"
@@ -161,6 +174,12 @@ class VerseConstraint:
             m = torch.zeros(self._V, dtype=torch.bool)
             m[token_id] = True
             self._cache[key] = m
+        return self._cache[key]
+
+    def _end_mask(self, line: int) -> torch.Tensor:
+        key = ("ends", end_marks(line))
+        if key not in self._cache:
+            self._cache[key] = self._ids(end_marks(line))
         return self._cache[key]
 
     def _no_repeat_mask(self, rhymed: frozenset) -> torch.Tensor:
@@ -192,7 +211,7 @@ class VerseConstraint:
             if ch not in end_marks(line):
                 raise UserError(f"第 {line + 1} 句应以“{'”“'.join(end_marks(line))}”之一结尾，"
                                  f"收到“{ch}”")
-            if line == 0 or line % 2 == 1:                     # 可能入韵的句末：记下末字
+            if line in self._foot_lines:                       # 可能入韵的句末：记下末字
                 rhymed = rhymed | {last}
             return State(line + 1, 0, count, (), cur, groups, "", rhymed)
         if not is_hanzi(ch):
@@ -201,7 +220,7 @@ class VerseConstraint:
             raise UserError(f"藏头诗第 {line + 1} 句应以“{self.acrostic[line]}”开头，收到“{ch}”")
         if count + 1 > (L or 7):
             raise UserError(f"第 {line + 1} 句超过了 {L or 7} 个字")
-        if self.rhyme and line % 2 == 1 and count + 1 == L and groups != frozenset():
+        if self._at_foot(s):
             pool = groups if groups is not None else (
                 {self.rhyme_group} if self.rhyme_group else set(group_names(PING)))
             groups = frozenset(set(ping_groups(ch)) & pool)       # 空 = 这个韵脚不押韵
@@ -232,26 +251,30 @@ class VerseConstraint:
             raise UserError(f"要求押韵，但已有的双数句末字不是{want}")
         return s.line, s.count, s.L
 
+    def _at_foot(self, s: State) -> bool:
+        """下一个字是要押韵的韵脚（押韵还没放弃时）。"""
+        return (self.rhyme and s.line in self._rhyme_lines and s.count + 1 == s.L
+                and s.groups != frozenset())
+
     # ---------------------------------------------------------------- 掩码
     def _tone_target(self, s: State) -> set[str] | None:
-        """下一个字该是的平仄（可能为空集 = 不限、两个 = 有冲突）；不是讲平仄的位置时 None。"""
-        line, count, L, cur, prev = s[:5]
-        P = tone_positions(L or 7)
-        if count not in P:
+        """下一个字该是的平仄（可能为空集 = 不限、两个 = 有冲突）；不是讲平仄的位置时 None。
+
+        规则是 ``verse.tone_pairs``：后写的一端正好是下一个字的那几条；另一端在这一句（cur）
+        或上一句（prev）。"""
+        rules = _pairs_ending_at(s.L or 7, self.n_lines or 8).get((s.line, s.count))
+        if rules is None:
             return None
         want = set()
-        k = P.index(count)
-        if k > 0 and cur[P[k - 1]] in _OPPOSITE:                    # 分明
-            want.add(_OPPOSITE[cur[P[k - 1]]])
-        if line % 2 == 1 and prev[count] in _OPPOSITE:              # 对
-            want.add(_OPPOSITE[prev[count]])
-        if line % 2 == 0 and line > 0 and count == 1 and prev[1] in _OPPOSITE:   # 粘
-            want.add(prev[1])
+        for r in rules:
+            other = (s.cur if r.a == s.line else s.prev)[r.i]
+            if other in _OPPOSITE:
+                want.add(_OPPOSITE[other] if r.differ else other)
         return want
 
     def _hanzi_mask(self, s: State) -> torch.Tensor:
         parts = []                                          # (名字, 掩码)：按放宽的逆序排列
-        if self.rhyme and s.line % 2 == 1 and s.count + 1 == s.L and s.groups != frozenset():
+        if self._at_foot(s):
             parts.append(("押韵", self._rhyme_mask(s.groups)))
             parts.append(("重韵", self._no_repeat_mask(s.rhymed)))
         target = self._tone_target(s) if self.tones else None
@@ -279,7 +302,7 @@ class VerseConstraint:
             return self.only(self.eos_id)                        # 写完了：只能结束
         if self.n_lines is None and s.line == 4 and s.count == 0:
             return self._hanzi_mask(s) | self.only(self.eos_id)  # 没定诗体：绝句到此可结束
-        ends = self._ends[s.line % 2]
+        ends = self._end_mask(s.line)
         if s.count == (s.L or 7):
             return ends                                          # 一句写满：只能是句末标点
         if s.count == 0 and self.acrostic:

@@ -55,6 +55,7 @@ import itertools
 import random
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
+from typing import NamedTuple
 
 from .errors import UserError
 
@@ -218,6 +219,24 @@ def _neighbours(group: str) -> set[str]:
 
 
 # ---------------------------------------------------------------- 押韵
+def rhyme_lines(n_lines: int) -> tuple[int, ...]:
+    """必须押韵的句（从 0 数）：双数句，即第 2、4…句。首句（0）可押可不押，见 :func:`check_rhyme`。
+
+    >>> rhyme_lines(4)
+    (1, 3)
+    """
+    return tuple(range(1, n_lines, 2))
+
+
+def foot_lines(n_lines: int) -> tuple[int, ...]:
+    """可能做韵脚的句：首句与双数句（重韵只看它们的末字）。
+
+    >>> foot_lines(4)
+    (0, 1, 3)
+    """
+    return (0, *rhyme_lines(n_lines))
+
+
 @dataclass(frozen=True)
 class RhymeCheck:
     rhymes: bool                 # 双数句的韵脚同属一个平声韵部（strict 时还要求没有重韵）
@@ -237,7 +256,7 @@ def check_rhyme(poem: str, neighbours: bool = False, strict: bool = False) -> Rh
         raise TypeError(f"poem 应是字符串，收到 {type(poem).__name__}")
     spans = [s for s in line_spans(poem) if s[2] and s[1] > s[0]]
     ends = [b - 1 for _, b, _ in spans]                 # 每句末字的下标
-    even = ends[1::2]
+    even = [ends[i] for i in rhyme_lines(len(ends))]
     if not even:
         return RhymeCheck(False, None, [], False)
     shared = set(ping_groups(poem[even[0]]))
@@ -261,6 +280,35 @@ def tone_positions(line_len: int) -> tuple[int, ...]:
     return (1, 3) if line_len == 5 else (1, 3, 5)
 
 
+class TonePair(NamedTuple):
+    """一条平仄规则：第 a 句第 i 字与第 b 句第 j 字（都从 0 数）相反（differ）或相同。
+    后写的一端是 (b, j)；a 总是 b 或 b - 1（同一句，或上一句）。"""
+    name: str
+    a: int
+    i: int
+    b: int
+    j: int
+    differ: bool
+
+
+@lru_cache(maxsize=None)
+def tone_pairs(line_len: int, n_lines: int) -> tuple[TonePair, ...]:
+    """全部平仄规则（顺序：分明、对、粘；规则见模块说明）。``check_tones`` 逐条检查它们，
+    约束解码（:mod:`gptcourse.constraints`）在写 (b, j) 这个字时用后一端是它的那几条。
+
+    >>> tone_pairs(5, 4)[-1]
+    TonePair(name='第1、2联相粘', a=1, i=1, b=2, j=1, differ=False)
+    """
+    P = tone_positions(line_len)
+    pairs = [TonePair(f"第{k + 1}句第{p + 1}、{q + 1}字分明", k, p, k, q, True)
+             for k in range(n_lines) for p, q in zip(P, P[1:])]
+    pairs += [TonePair(f"第{k + 1}联第{p + 1}字相对", 2 * k, p, 2 * k + 1, p, True)
+              for k in range(n_lines // 2) for p in P]
+    pairs += [TonePair(f"第{k}、{k + 1}联相粘", 2 * k - 1, 1, 2 * k, 1, False)
+              for k in range(1, n_lines // 2)]
+    return tuple(pairs)
+
+
 def _cmp(a: str | None, b: str | None, differ: bool) -> bool | None:
     if a not in (PING, ZE) or b not in (PING, ZE):
         return None
@@ -273,17 +321,8 @@ def check_tones(poem: str) -> dict[str, bool | None]:
         return {}
     lines = split_lines(poem.removesuffix("\n"))[0]
     t = [[tone(c) for c in line] for line in lines]
-    P = tone_positions(len(lines[0]))
-    rules: dict[str, bool | None] = {}
-    for i in range(len(lines)):
-        for a, b in zip(P, P[1:]):
-            rules[f"第{i + 1}句第{a + 1}、{b + 1}字分明"] = _cmp(t[i][a], t[i][b], True)
-    for k in range(len(lines) // 2):
-        for p in P:
-            rules[f"第{k + 1}联第{p + 1}字相对"] = _cmp(t[2 * k][p], t[2 * k + 1][p], True)
-    for k in range(1, len(lines) // 2):
-        rules[f"第{k}、{k + 1}联相粘"] = _cmp(t[2 * k - 1][1], t[2 * k][1], False)
-    return rules
+    return {r.name: _cmp(t[r.a][r.i], t[r.b][r.j], r.differ)
+            for r in tone_pairs(len(lines[0]), len(lines))}
 
 
 def _every_reading(tones_: list[str | None]):

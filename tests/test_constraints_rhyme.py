@@ -97,3 +97,69 @@ def test_vocabulary_tables_are_shared_but_rhyme_groups_are_not():
     assert not torch.equal(ma, mb)
     east, yang = tok.encode("东")[0], tok.encode("阳")[0]
     assert ma[east] and not ma[yang] and mb[yang] and not mb[east]
+
+
+# ---------------------------------------------------------------- 解码不比规则更严（M1）
+_ACCEPTED = {"押韵": (dict(rhyme=True), 168), "平仄": (dict(tones=True), 112),
+             "押韵+平仄": (dict(rhyme=True, tones=True), 109)}
+
+
+def _val_poems(tok, n=200):
+    poems = [p for p in gc.data.load_corpus("tang_jinti").val.split("\n") if p][:n]
+    assert len(poems) == n and all(gc.verse.poem_form(p) for p in poems)
+    return [p for p in poems if not tok.unknown_chars(p)]       # 3 首有词表外的字
+
+
+def _accepts(poem, rhyme=False, tones=False) -> bool:
+    """verse 认为合格：押韵（不重韵，即 strict）、没有一条平仄规则不成立。"""
+    return ((not rhyme or gc.verse.check_rhyme(poem, strict=True).rhymes)
+            and (not tones or False not in gc.verse.check_tones(poem).values()))
+
+
+@pytest.mark.parametrize("how", ["诗体", "只给押韵平仄", "藏头"])
+@pytest.mark.parametrize("name", list(_ACCEPTED))
+def test_every_prefix_of_an_accepted_poem_is_allowed(shipped, how, name):
+    """反方向的守卫：verse 接受的 200 首真实验证集诗里，每一个前缀之后，约束解码都允许这首诗
+    真正的下一个字（最后是结束符）。规定比 verse 严的只有"不重韵"（所以用 strict 的押韵）和
+    "讲平仄的位置只许表里有平仄的字"——这 200 首里用不上第二条：没有一个前缀被拒绝。"""
+    model, tok = shipped
+    kw, expected = _ACCEPTED[name]
+    poems = [p for p in _val_poems(tok) if _accepts(p, **kw)]
+    assert len(poems) == expected
+    refused = []
+    for p in poems:
+        lines = gc.verse.split_lines(p)[0]
+        where = {"诗体": dict(form=gc.verse.poem_form(p)), "只给押韵平仄": {},
+                 "藏头": dict(acrostic="".join(line[0] for line in lines))}[how]
+        cons = VerseConstraint(tok, **where, **kw)
+        for k in range(len(p) + 1):
+            nxt = tok.encode(p[k])[0] if k < len(p) else tok.eos_id
+            if not cons.allowed(p[:k])[nxt]:
+                refused.append((p, k))
+        assert not cons.fallbacks, p
+    assert refused == []
+
+
+def test_a_stricter_rule_would_be_caught(shipped, monkeypatch):
+    """上面的守卫能失败：把平仄改成"讲平仄的字必须是平声"（比 verse 严），它就找到被拒绝的前缀。"""
+    model, tok = shipped
+    p = next(p for p in _val_poems(tok) if _accepts(p, tones=True))
+    cons = VerseConstraint(tok, gc.verse.poem_form(p), tones=True)
+    monkeypatch.setattr(VerseConstraint, "_tone_target", lambda self, s: (
+        None if s.count not in gc.verse.tone_positions(s.L or 7) else {"平"}))
+    refused = [k for k in range(len(p)) if not cons.allowed(p[:k])[tok.encode(p[k])[0]]]
+    assert refused and all(gc.verse.tone(p[k]) == "仄" for k in refused)
+
+
+def test_constraints_read_the_rule_positions_from_verse():
+    """押韵的句、平仄的规则只写在 verse 里（rhyme_lines / foot_lines / tone_pairs）。"""
+    import inspect
+
+    import gptcourse.constraints as constraints
+    assert "% 2" not in inspect.getsource(constraints)
+    assert gc.verse.rhyme_lines(8) == (1, 3, 5, 7) and gc.verse.foot_lines(4) == (0, 1, 3)
+    pairs = gc.verse.tone_pairs(7, 8)
+    assert [r.name for r in pairs] == list(gc.verse.check_tones(
+        "白日依山尽黄河，黄河入海流白日。欲穷千里目白日，更上一层楼白日。"
+        "白日依山尽黄河，黄河入海流白日。欲穷千里目白日，更上一层楼白日。"))
+    assert len(pairs) == 8 * 2 + 4 * 3 + 3 and all(r.a in (r.b, r.b - 1) for r in pairs)
