@@ -15,6 +15,7 @@ from torch.utils.data import Dataset
 
 from .errors import MissingFileError, UserError
 from .runtime import DATA_DIR
+from .verse import LINE_ENDS
 
 # 名字 → (说明, 是否已分好 train/val/test 三个文件)
 CORPORA: dict[str, tuple[str, bool]] = {
@@ -51,7 +52,7 @@ VARIANTS = dict(zip(
     "鴈猨埽歛堦嗁妬翦罇暎劒櫂飜竝蹏廻徧桮羇鵶棃珮粧彊缾蠭慙遰褭帬煖鏁疎牀峯羣蹤隣敧牕隄嬾悮",
     "雁猿扫敛阶啼妒剪樽映剑棹翻并蹄回遍杯羁鸦梨佩妆强瓶蜂惭递袅裙暖锁疏床峰群踪邻欹窗堤懒误"))
 _NORMALIZE = str.maketrans(VARIANTS)
-_LINE_END = re.compile(r"[，。？！；]")
+_LINE_END = re.compile(f"[{LINE_ENDS}]")                 # 断句与 verse 相同
 
 
 def normalize_variants(text: str) -> str:

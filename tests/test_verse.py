@@ -237,3 +237,10 @@ def test_calibration_on_real_val_poems_sets_the_thresholds():
     assert THRESHOLDS["repeated_rhymes"] == math.ceil(repeated / REFERENCE_FRACTION * 100) / 100
     with pytest.raises(ValueError, match="为空"):
         rates([])
+
+
+def test_one_definition_of_what_ends_a_line():
+    """近似重复（data）与注意力头分析（viz.heads）按 verse 的 LINE_ENDS 断句："；"不断句。"""
+    import gptcourse as gc
+    assert gc.viz.heads.PUNCT == frozenset(gc.verse.LINE_ENDS) == frozenset("，。？！")
+    assert gc.data._lines("春眠不觉晓；处处闻啼鸟。") == ["春眠不觉晓；处处闻啼鸟"]

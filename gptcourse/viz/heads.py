@@ -13,8 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
+from ..verse import LINE_ENDS
 
-PUNCT = frozenset("，。？！；")
+PUNCT = frozenset(LINE_ENDS)             # 句末标点（与 verse 的断句相同）
 
 
 def line_tokens(poem: str) -> int:
