@@ -45,6 +45,11 @@ from .verse import (BOTH, COMMA, FORMS, PERIOD, PING, PUNCT, ZE, RhymeGroupError
                     tone, tone_pairs, tone_positions)
 
 _OPPOSITE = {PING: ZE, ZE: PING}
+RELAXED = {                    # fallbacks 里的名字 → 告诉用户的一句话（解码循环把它交给调用方）
+    "平仄": "平仄约束放宽过：有的位置没有合平仄的字可选",
+    "重韵": "不重韵放宽过：有的韵脚只剩用过的字可选",
+    "押韵": "押韵约束放宽过：有的韵脚没有同一韵部的字可选",
+}
 
 
 def _pieces(tok) -> list[str]:
@@ -71,7 +76,8 @@ class _Vocab:
     每个分词器只算一次（:func:`_vocab`）：建表要对 V 个词元逐个查平水韵，约几十毫秒，
     放在每次 ``generate`` 里会比写一首诗本身还慢。"""
 
-    def __init__(self, tok):
+    def __init__(self, tok, device=None):
+        self.device = torch.device(device or "cpu")    # 掩码放在模型的设备上：解码时不必每步拷贝
         pieces = _pieces(tok)
         self.id: dict[str, int] = {}
         for i, p in enumerate(pieces):
@@ -84,19 +90,21 @@ class _Vocab:
         self.cache: dict = {}
 
     def mask(self, keep) -> torch.Tensor:
-        return torch.tensor([c is not None and keep(c) for c in self.chars], dtype=torch.bool)
+        return torch.tensor([c is not None and keep(c) for c in self.chars], dtype=torch.bool,
+                            device=self.device)
 
 
-_VOCABS: dict[int, tuple[weakref.ref, _Vocab]] = {}
+_VOCABS: dict[tuple[int, str], tuple[weakref.ref, _Vocab]] = {}
 
 
-def _vocab(tok) -> _Vocab:
-    """这个分词器的 :class:`_Vocab`（按对象缓存；分词器被回收后缓存失效）。"""
-    hit = _VOCABS.get(id(tok))
+def _vocab(tok, device=None) -> _Vocab:
+    """这个分词器在这个设备上的 :class:`_Vocab`（按对象缓存；分词器被回收后缓存失效）。"""
+    key = (id(tok), str(torch.device(device or "cpu")))
+    hit = _VOCABS.get(key)
     if hit is not None and hit[0]() is tok:
         return hit[1]
-    v = _Vocab(tok)
-    _VOCABS[id(tok)] = (weakref.ref(tok), v)
+    v = _Vocab(tok, device)
+    _VOCABS[key] = (weakref.ref(tok), v)
     return v
 
 
@@ -114,16 +122,18 @@ class VerseConstraint:
     """一首诗的格式约束。``allowed(poem)`` 给出下一个词元的允许掩码 [V]（bool）。
 
     ``form``：``FORMS`` 里的名字或 None；``acrostic``：每句的首字；``rhyme`` / ``rhyme_group`` /
-    ``tones`` 见模块说明（给了 ``rhyme_group`` 就等于 ``rhyme=True``）。
+    ``tones`` 见模块说明（给了 ``rhyme_group`` 就等于 ``rhyme=True``）；``device``：掩码放在哪里
+    （默认 CPU；解码循环传模型的设备）。
     """
 
     def __init__(self, tok, form: str | None = None, acrostic: str | None = None,
-                 rhyme: bool = False, rhyme_group: str | None = None, tones: bool = False):
+                 rhyme: bool = False, rhyme_group: str | None = None, tones: bool = False,
+                 device=None):
         if form is None and not acrostic and not (rhyme or rhyme_group is not None or tones):
             raise UserError("VerseConstraint 需要诗体 form、藏头 acrostic 或押韵/平仄约束之一")
         if form is not None and form not in FORMS:
             raise UserError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
-        vocab = _vocab(tok)
+        vocab = self._vocab = _vocab(tok, device)
         self._id = vocab.id
         if COMMA not in self._id or PERIOD not in self._id:
             raise UserError("诗体约束需要词表里有单独的“，”和“。”词元")
@@ -147,7 +157,7 @@ class VerseConstraint:
         self.rhyme, self.tones = bool(rhyme or self.rhyme_group), bool(tones)
         self.fallbacks: set[str] = set()         # 放宽过的约束："平仄" / "重韵" / "押韵"
         self.eos_id = tok.eos_id
-        self._V, self._chars = vocab.V, vocab.chars
+        self._V, self._chars, self._device = vocab.V, vocab.chars, vocab.device
         self.hanzi, self._tone_ok, self._known = vocab.hanzi, vocab.tone_ok, vocab.known
         self._cache = vocab.cache                    # 掩码只取决于词表：同一个分词器的约束共用
         if len(self._cache) > 20000:                 # 缓存只是加速，太大就重来
@@ -160,18 +170,15 @@ class VerseConstraint:
                                   f"换一个韵部，或不指定韵部（rhyme=True）")
 
     # ---------------------------------------------------------------- 掩码的零件
-    def _mask(self, keep) -> torch.Tensor:
-        return torch.tensor([c is not None and keep(c) for c in self._chars], dtype=torch.bool)
-
     def _ids(self, chars: str) -> torch.Tensor:
-        m = torch.zeros(self._V, dtype=torch.bool)
+        m = torch.zeros(self._V, dtype=torch.bool, device=self._device)
         m[[self._id[c] for c in chars if c in self._id]] = True
         return m
 
     def only(self, token_id: int) -> torch.Tensor:
         key = ("only", token_id)
         if key not in self._cache:
-            m = torch.zeros(self._V, dtype=torch.bool)
+            m = torch.zeros(self._V, dtype=torch.bool, device=self._device)
             m[token_id] = True
             self._cache[key] = m
         return self._cache[key]
@@ -193,7 +200,7 @@ class VerseConstraint:
             groups = frozenset({self.rhyme_group} if self.rhyme_group else group_names(PING))
         key = ("rhyme", groups)                      # 只由韵部决定：同一词表的约束可以共用
         if key not in self._cache:
-            self._cache[key] = self._mask(lambda c: bool(set(ping_groups(c)) & groups))
+            self._cache[key] = self._vocab.mask(lambda c: bool(set(ping_groups(c)) & groups))
         return self._cache[key]
 
     # ---------------------------------------------------------------- 解析
@@ -273,27 +280,39 @@ class VerseConstraint:
         return want
 
     def _hanzi_mask(self, s: State) -> torch.Tensor:
-        parts = []                                          # (名字, 掩码)：按放宽的逆序排列
+        parts = []                             # (名字, 这一部分的键)：按放宽的逆序排列
         if self._at_foot(s):
-            parts.append(("押韵", self._rhyme_mask(s.groups)))
-            parts.append(("重韵", self._no_repeat_mask(s.rhymed)))
+            parts += [("押韵", s.groups), ("重韵", s.rhymed)]
         target = self._tone_target(s) if self.tones else None
         if target is not None:
-            key = ("tone", frozenset(target))
-            if key not in self._cache:
-                m = self._known.clone()
-                for t in target:
-                    m &= self._tone_ok[t]
-                self._cache[key] = m
-            parts.append(("平仄", self._cache[key]))
+            parts.append(("平仄", frozenset(target)))
+        key = ("hanzi", tuple(parts))          # 同样的几部分 → 同样的掩码与放宽：只在第一次
+        if key not in self._cache:             # 才看掩码是不是空的（在 GPU 上这要等一次）
+            self._cache[key] = self._relax(parts)
+        m, relaxed = self._cache[key]
+        self.fallbacks |= relaxed
+        return m
+
+    def _relax(self, parts: list) -> tuple[torch.Tensor, set[str]]:
+        masks = {"押韵": self._rhyme_mask, "重韵": self._no_repeat_mask, "平仄": self._tone_mask}
+        relaxed = set()
         while parts:
             m = self.hanzi
-            for _, p in parts:
-                m = m & p
+            for name, k in parts:
+                m = m & masks[name](k)
             if m.any():
-                return m
-            self.fallbacks.add(parts.pop()[0])              # 先放弃平仄，再重韵，再押韵
-        return self.hanzi
+                return m, relaxed
+            relaxed.add(parts.pop()[0])                     # 先放弃平仄，再重韵，再押韵
+        return self.hanzi, relaxed
+
+    def _tone_mask(self, target: frozenset) -> torch.Tensor:
+        key = ("tone", target)
+        if key not in self._cache:
+            m = self._known.clone()
+            for t in target:
+                m &= self._tone_ok[t]
+            self._cache[key] = m
+        return self._cache[key]
 
     def allowed(self, poem: str) -> torch.Tensor:
         """下一个词元的允许掩码 [V]（True = 允许）。"""

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 
 import torch
 
-from .constraints import VerseConstraint
+from .constraints import RELAXED, VerseConstraint
 from .errors import UserError
-from .sampling import (NEG_INF, SamplingParams, apply_repetition_penalty, apply_temperature,
-                       sample_with, top_k_filter, top_p_filter)
+from .sampling import (NEG_INF, SamplingParams, apply_temperature, penalize, sample_with,
+                       top_k_filter, top_p_filter)
 from .titled import CLOSE, OPEN, check_title
 from .titled import strip as strip_title
 from .verse import FORMS
@@ -75,12 +75,18 @@ class VerseSpec:
     def active(self) -> bool:
         return self.form is not None or self.acrostic is not None or self.rhyme or self.tones
 
-    def constraint(self, tok) -> VerseConstraint | None:
-        """这组约束在这个词表上的掩码规则；什么都不约束时 None。"""
+    def constraint(self, tok, device=None) -> VerseConstraint | None:
+        """这组约束在这个词表上的掩码规则（掩码放在 ``device`` 上）；什么都不约束时 None。"""
         if not self.active:
             return None
         return VerseConstraint(tok, self.form, self.acrostic, rhyme=self.rhyme,
-                               rhyme_group=self.rhyme_group, tones=self.tones)
+                               rhyme_group=self.rhyme_group, tones=self.tones, device=device)
+
+    def check_prompt(self, tok, prompt: str) -> None:
+        """这组约束能不能接着 ``prompt`` 写下去；不能（字数、标点、藏头、韵脚不对）→ UserError。"""
+        cons = self.constraint(tok)
+        if cons is not None:
+            poem_tokens(cons, _current_poem(prompt))
 
 
 def poem_tokens(cons: VerseConstraint, poem: str = "") -> int:
@@ -109,9 +115,9 @@ def _current_poem(text: str) -> str:
     return strip_title(text[text.rfind("\n") + 1:])
 
 
-@dataclass
+@dataclass(eq=False)
 class Row:
-    """解码循环里一行的全部状态。"""
+    """解码循环里一行的全部状态。按身份比较（两行内容相同也是两行）：循环用下标找行。"""
     ids: list[int]                            # 到目前为止的全部 id（以结束符开头）
     n_prompt: int                             # 其中提示占几个（含开头的结束符）
     generator: torch.Generator | None         # 这一行自己的随机数发生器（seed + i）
@@ -132,8 +138,10 @@ class _Rules:
 
 def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseSpec,
             max_new_tokens: int | None = None, seed: int | None = None,
-            use_cache: bool = True) -> Iterator[list[int | None]]:
-    """逐步产出每一行新生成的 id（这一行还在"喂提示"或已经结束时为 None）。
+            use_cache: bool = True, relaxed: list[str] | None = None
+            ) -> Iterator[list[int | None]]:
+    """逐步产出每一行新生成的 id（这一行还在"喂提示"或已经结束时为 None）。写完时把约束
+    放宽过的地方（``VerseConstraint.fallbacks``，一句话一条）追加到 ``relaxed`` 里。
 
     不同长度的提示怎样成批？所有行从最短提示的长度开始同步前进；较长的提示在它自己的提示
     用完之前，下一个词元直接取提示里的字（"强制"），不采样。于是每一行都处在同一个位置，
@@ -143,14 +151,14 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
         raise UserError("prompts 不能为空")
     if any(not isinstance(p, str) for p in prompts):
         raise UserError("提示必须是字符串")
-    cons = spec.constraint(tok)
+    device = next(model.parameters()).device
+    cons = spec.constraint(tok, device)
     if max_new_tokens is None:                 # 有约束时：正好够写完一整首
         max_new_tokens = DEFAULT_MAX_NEW_TOKENS if cons is None else poem_tokens(cons)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
             or max_new_tokens < 0:
         raise UserError(f"max_new_tokens 必须是 ≥ 0 的整数，收到 {max_new_tokens!r}")
     bs, eos = model.config.block_size, tok.eos_id
-    device = next(model.parameters()).device
     head = f"{OPEN}{spec.title}{CLOSE}" if spec.title is not None else ""   # 以题作诗
     rows = []
     for i, p in enumerate(prompts):
@@ -184,26 +192,24 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
                                         or (r.produced > 0 and r.ids[-1] == eos)):
                     r.done = True
             if all(r.done for r in rows):
+                if relaxed is not None and cons is not None:
+                    relaxed += [RELAXED[name] for name in sorted(cons.fallbacks)]
                 return
-            live = [r for r in rows if not r.done and t >= r.n_prompt]   # 这一步要抽样的行
+            live = [i for i, r in enumerate(rows) if not r.done and t >= r.n_prompt]  # 要抽样的行
             with torch.inference_mode():      # 只包住这一步：yield 出去之后调用方不受影响
                 if cache is not None and t <= bs:                 # 只把新位置送进模型
                     logits = model(seq[:, cache.length:], cache=cache, last_only=True)[0]
                 else:                                              # 无缓存，或上下文已满：整段重算
                     logits = model(seq[:, -bs:], last_only=True)[0]
                 logits = logits[:, -1]                                            # [B, V]
-                if live:
-                    keep = [i for i, r in enumerate(rows) if r in live]
-                    picked = _choose(logits[keep] if len(keep) < len(rows) else logits, live,
-                                     rules, tok)
-                else:
-                    picked = []
+                picked = _choose(logits[live] if len(live) < len(rows) else logits,
+                                 [rows[i] for i in live], rules, tok) if live else []
             step, out = [eos] * len(rows), [None] * len(rows)  # 已结束的行送结束符占位
             for i, r in enumerate(rows):
                 if not r.done and t < r.n_prompt:
                     step[i] = r.ids[t]                             # 还在喂提示（强制）
-            for r, nxt in zip(live, picked):
-                i = rows.index(r)
+            for i, nxt in zip(live, picked):
+                r = rows[i]
                 r.ids.append(nxt)
                 r.produced += 1
                 step[i] = out[i] = nxt
@@ -223,13 +229,10 @@ def _choose(logits: torch.Tensor, live: list[Row], rules: _Rules, tok) -> list[i
     if penalty != 1:                                               # 只惩罚模型看得见的窗口里的字
         for j, r in enumerate(live):
             seen = sorted(set(r.ids[-rules.window:]) - {rules.eos})   # 结束符是结构，不惩罚
-            logits[j] = apply_repetition_penalty(logits[j], seen, penalty)
+            logits[j] = penalize(logits[j], seen, penalty)
     logits = logits.index_fill(-1, rules.banned, NEG_INF)         # 从不生成 <unk>
-    if rules.cons is not None:
-        allowed = torch.stack([rules.cons.allowed(r.poem) for r in live]).to(logits.device)
-        allowed[:, rules.banned] = False                                           # [b, V]
-        if not allowed.any(-1).all():
-            raise UserError("格式约束与禁用词元叠加后没有任何可选的词元")
+    if rules.cons is not None:              # 掩码已在 logits 的设备上，而且每行都有可选的字
+        allowed = torch.stack([rules.cons.allowed(r.poem) for r in live])         # [b, V]
         logits = logits.masked_fill(~allowed, NEG_INF)
     picked = sample_with(logits, rules.params, [r.generator for r in live]).tolist()
     if rules.cons is not None:
@@ -252,19 +255,22 @@ VERSE_FIELDS = ("form", "acrostic", "rhyme", "rhyme_group", "tones", "title")
 
 # ---------------------------------------------------------------- 公开接口
 def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = None,
-                   seed: int | None = None, use_cache: bool = True, **kw) -> list[str]:
+                   seed: int | None = None, use_cache: bool = True,
+                   relaxed: list[str] | None = None, **kw) -> list[str]:
     """一次生成一批提示（长度可以不同）→ 每行 提示 + 续写。第 i 行的种子是 ``seed + i``。
 
     其余关键字参数：采样（``temperature``、``top_k``、``top_p``、``repetition_penalty``，见
     :class:`~gptcourse.sampling.SamplingParams`）与格式（``form``、``acrostic``、``rhyme``、
-    ``rhyme_group``、``tones``，见 :class:`VerseSpec`）。"""
+    ``rhyme_group``、``tones``，见 :class:`VerseSpec`）。``relaxed``：可选的列表，约束在哪里
+    放宽过（``RELAXED`` 里的句子）就追加在里面。"""
     if isinstance(prompts, str):
         raise TypeError("prompts 应是提示的列表，收到一个字符串；只写一首请用 generate()，"
                         f"或写成 [{prompts!r}]")
     prompts = list(prompts)
     params, spec = _split(kw)
     new: list[list[int]] = [[] for _ in prompts]
-    for step in _decode(model, tok, prompts, params, spec, max_new_tokens, seed, use_cache):
+    for step in _decode(model, tok, prompts, params, spec, max_new_tokens, seed, use_cache,
+                        relaxed):
         for i, t in enumerate(step):
             if t is not None:
                 new[i].append(t)
@@ -274,14 +280,17 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
 
 
 def stream_tokens(model, tok, prompt: str = "", max_new_tokens: int | None = None,
-                  seed: int | None = None, use_cache: bool = True, **kw) -> Iterator[str]:
+                  seed: int | None = None, use_cache: bool = True,
+                  relaxed: list[str] | None = None, **kw) -> Iterator[str]:
     """逐个产出新生成的文字片段（不含提示与最后的结束符）。拼起来 == generate() 的续写部分。
+    ``relaxed`` 同 :func:`generate_batch`（写完时填好）。
 
     字节级 BPE 的一个词元可能只是一个汉字的前一两个字节：这时先攒着，等字节凑齐了再一起产出。
     """
     params, spec = _split(kw)
     pending: list[int] = []                                       # 还没凑成完整文字的词元
-    for (t,) in _decode(model, tok, [prompt], params, spec, max_new_tokens, seed, use_cache):
+    for (t,) in _decode(model, tok, [prompt], params, spec, max_new_tokens, seed, use_cache,
+                        relaxed):
         if t is not None and t != tok.eos_id:
             pending.append(t)
             text = tok.decode(pending)

@@ -159,6 +159,12 @@ def apply_repetition_penalty(logits: torch.Tensor, ids, penalty: float) -> torch
     [1.0, -4.0, 1.0]
     """
     check_sampling_args(repetition_penalty=penalty)
+    return penalize(logits, ids, penalty)
+
+
+def penalize(logits: torch.Tensor, ids, penalty: float) -> torch.Tensor:
+    """同 :func:`apply_repetition_penalty`，但不再检查 penalty（解码循环里已由 SamplingParams
+    检查过，不必每步每行再查一遍）。"""
     ids = torch.as_tensor(ids, dtype=torch.long, device=logits.device)
     if penalty == 1 or ids.numel() == 0:
         return logits
@@ -194,19 +200,25 @@ def sample_rows(logits: torch.Tensor, temperature: float = 1.0, top_k: int | Non
     generators = [None] * logits.shape[0] if generators is None else list(generators)
     if len(generators) != logits.shape[0]:
         raise UserError(f"generators 有 {len(generators)} 个，logits 却有 {logits.shape[0]} 行")
+    _check_some_allowed(logits)
     return sample_with(logits, params, generators)
+
+
+def _check_some_allowed(logits: torch.Tensor) -> None:
+    if torch.isneginf(logits).all(-1).any():
+        raise UserError("没有任何可选的词元（所有 logits 都被屏蔽成了 −∞）")
 
 
 def _probs(logits, temperature, top_k, top_p) -> torch.Tensor | None:
     """温度 → top-k → top-p → softmax 之后的概率 [..., V]；temperature=0（贪心）时返回 None。"""
     check_sampling_args(temperature, top_k, top_p)
+    _check_some_allowed(logits)
     return _filtered_probs(logits, temperature, top_k, top_p)
 
 
 def _filtered_probs(logits, temperature, top_k, top_p) -> torch.Tensor | None:
-    """同 :func:`_probs`，但不再检查参数（解码循环里的参数已由 SamplingParams 检查过）。"""
-    if torch.isneginf(logits).all(-1).any():
-        raise UserError("没有任何可选的词元（所有 logits 都被屏蔽成了 −∞）")
+    """同 :func:`_probs`，但不再检查参数与"至少有一个可选的词元"（解码循环里参数已由
+    SamplingParams 检查过，每行都有可选的词元由循环保证），所以每步不必等 GPU 回话。"""
     if temperature == 0:
         return None
     logits = _temperature(logits.float(), temperature)
