@@ -67,14 +67,64 @@ def validate_settings(given: dict) -> dict:
     return merged
 
 
-def for_request(meta: dict | None, given: dict, max_new_tokens: int | None = None) -> dict:
+def for_request(meta: dict | None, given: dict, max_new_tokens: int | None = None,
+                tok=None, prompt: str = "") -> dict:
     """用户这次给的参数（None = 没给）叠在发布设置上 → generate 的关键字参数。
 
     发布设置里的押韵/平仄是为"写一首完整的诗"定的：用户限定了 ``max_new_tokens``（只想续写
     几个字）而自己没要求押韵/平仄、也没选诗体或藏头时，它们不生效——否则只写 16 个字的请求会
-    因为"不够写完一首押韵的诗"而失败。用户明确要求的约束照常检查。"""
-    return whole_poem_only(settings(meta), {k: v for k, v in given.items() if v is not None},
-                           max_new_tokens)
+    因为"不够写完一首押韵的诗"而失败。给了 ``tok`` 时再按 :func:`fit_prompt` 看这个开头。
+    用户明确要求的约束照常检查。"""
+    given = {k: v for k, v in given.items() if v is not None}
+    decoding = whole_poem_only(settings(meta), given, max_new_tokens)
+    return decoding if tok is None else fit_prompt(tok, prompt, decoding, given)
+
+
+CONSTRAINT_FLAGS = {"rhyme": ("押韵", "--no-rhyme", '"rhyme": false'),   # 发布设置里的约束
+                    "tones": ("平仄", "--no-tones", '"tones": false')}
+
+
+def fit_prompt(tok, prompt: str, decoding: dict, given: dict) -> dict:
+    """发布设置里的押韵/平仄是默认，不是要求：这个开头在它们之下写不下去时（《江雪》的仄韵
+    首联、一句超过 7 个字的长提示……）这次就不加它们（没有别的约束时就是自由采样），并在
+    返回的 ``decoding["relaxed"]`` 里用一句话说明；从不因此拒绝请求。
+
+    用户自己要求（``given`` 里有）的押韵/平仄写不下去时照常报错，并说明怎样关掉它。
+    返回值可以直接传给 ``generate_batch`` / ``stream_tokens``（``relaxed`` 之后还会收到解码时
+    放宽过的地方）。"""
+    implicit = [k for k in CONSTRAINT_FLAGS if decoding.get(k) and k not in given
+                and not (k == "rhyme" and decoding.get("rhyme_group"))]
+    try:
+        _spec(decoding).check_prompt(tok, prompt)
+        return {**decoding, "relaxed": []}
+    except UserError as e:
+        loose = {**decoding, **dict.fromkeys(implicit, False)}
+        bare = {**decoding, "rhyme": False, "rhyme_group": None, "tones": False}
+        explicit = [k for k in CONSTRAINT_FLAGS if decoding.get(k) and k not in implicit]
+        if not _fits(tok, prompt, loose):          # 用户自己要求的约束写不下去：照常报错
+            if explicit and _fits(tok, prompt, bare):
+                names = "、".join(CONSTRAINT_FLAGS[k][0] for k in explicit)
+                cli = " ".join(CONSTRAINT_FLAGS[k][1] for k in explicit)
+                web = "、".join(CONSTRAINT_FLAGS[k][2] for k in explicit)
+                raise UserError(f"{e}。不要求{names}的话：命令行加 {cli}，网页请求写 {web}") \
+                    from None
+            raise
+        names = "、".join(CONSTRAINT_FLAGS[k][0] for k in implicit)
+        rest = "改为自由采样" if not _spec(loose).active else "只用你自己要求的约束"
+        return {**loose, "relaxed": [f"检查点的发布设置默认{names}，但这个开头写不下去（{e}）："
+                                     f"这次不加{names}，{rest}"]}
+
+
+def _spec(decoding: dict) -> VerseSpec:
+    return VerseSpec(**{k: decoding[k] for k in VerseSpec.__dataclass_fields__ if k in decoding})
+
+
+def _fits(tok, prompt: str, decoding: dict) -> bool:
+    try:
+        _spec(decoding).check_prompt(tok, prompt)
+    except UserError:
+        return False
+    return True
 
 
 def whole_poem_only(defaults: dict, given: dict, max_new_tokens: int | None) -> dict:

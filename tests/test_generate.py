@@ -462,3 +462,28 @@ def test_shipped_model_rhymes_and_keeps_tones_on_request():
                                 temperature=0.8):
             a = analyze(p)
             assert a.form == form and a.rhymes and False not in a.rules.values(), p
+
+
+def test_relaxed_constraints_reach_the_caller():
+    """L5：VerseConstraint.fallbacks 不只在测试里看得见：generate_batch / stream_tokens 把放宽过
+    的约束（RELAXED 里的句子）交给调用方；没放宽时是空列表。"""
+    from gptcourse.constraints import RELAXED
+    t, m = _small("东风红童翁公弓宫")                    # 没有仄声字：平仄一定放宽
+    got: list[str] = []
+    poems = generate_batch(m, t, ["", ""], form="五绝", rhyme=True, tones=True, seed=0,
+                           relaxed=got)
+    assert got == [RELAXED["平仄"]] and all(check_form(p, "五绝") for p in poems)
+    streamed: list[str] = []
+    assert "".join(stream_tokens(m, t, "", form="五绝", rhyme=True, tones=True, seed=0,
+                                 relaxed=streamed)) == poems[0]
+    assert streamed == [RELAXED["平仄"]]
+    none: list[str] = []
+    generate_batch(m, t, [""], form="五绝", seed=0, relaxed=none)
+    assert none == []
+
+
+def test_rows_are_told_apart_by_identity():
+    """M3：两行内容相同（同一个提示、不给种子）也是两行；循环按下标找行，不按值。"""
+    from gptcourse.generate import Row
+    a, b = Row([0], 1, None, ""), Row([0], 1, None, "")
+    assert a != b and [a, b].index(b) == 1

@@ -1,10 +1,11 @@
 """发布设置：挑选规则、确认、检查点里没有设置时的默认值。"""
 from __future__ import annotations
 
+import pytest
 import torch
 
 import gptcourse as gc
-from gptcourse import release
+from gptcourse import cli, release
 
 
 def test_settings_fall_back_and_override():
@@ -61,3 +62,46 @@ def test_seed_note_says_whether_a_gate_is_out_of_sample():
         "种子 50000–50199（200 首；挑选发布设置用的是 0–199，不重叠：样本外）"
     assert "样本内" in release.seed_note((0, 200)) and "样本内" in release.seed_note((199, 5))
     assert "样本外" in release.seed_note((200, 10))
+
+
+# ---------------------------------------------------------------- F1：发布设置从不拒绝普通请求
+JIANGXUE = "千山鸟飞绝，万径人踪灭。"          # 柳宗元《江雪》的首联：仄韵
+
+
+def test_G41_release_rhyme_falls_back_to_free_sampling_for_a_ze_rhyme_opening(capsys):
+    model, tok, meta = gc.checkpoint.load()
+    assert release.settings(meta)["rhyme"] is True and release.settings(meta)["tones"] is False
+    assert cli.main(["generate", "--prompt", JIANGXUE, "--seed", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out == gc.generate.generate(model, tok, JIANGXUE, seed=0, temperature=0.9) + "\n"
+    assert err == ("注：检查点的发布设置默认押韵，但这个开头写不下去（要求押韵，但已有的双数句末字"
+                   "不是同一平声韵部的字）：这次不加押韵，改为自由采样\n")
+
+
+def test_G42_the_same_with_a_title():
+    path = str(gc.runtime.DATA_DIR / "checkpoints" / "titled.pt")
+    assert cli.main(["generate", "--checkpoint", path, "--title", "江雪", "--prompt", JIANGXUE,
+                        "--seed", "0"]) == 0
+
+
+def test_G41_library_return_says_what_was_relaxed():
+    model, tok, meta = gc.checkpoint.load()
+    d = release.for_request(meta, {}, None, tok, JIANGXUE)
+    assert d["rhyme"] is False and len(d["relaxed"]) == 1 and "默认押韵" in d["relaxed"][0]
+    plain = release.for_request(meta, {}, None, tok, "春")           # 写得下去：照常押韵
+    assert plain["rhyme"] is True and plain["relaxed"] == []
+    kept = release.for_request(meta, {"form": "五绝"}, None, tok, JIANGXUE)
+    assert kept["form"] == "五绝" and kept["rhyme"] is False and "只用你自己要求的约束" in \
+        kept["relaxed"][0]
+
+
+def test_G41_an_explicit_rhyme_request_still_errors_and_says_how_to_turn_it_off(capsys):
+    model, tok, meta = gc.checkpoint.load()
+    for prompt in (JIANGXUE, "春" * 64):
+        with pytest.raises(gc.errors.UserError) as e:
+            release.for_request(meta, {"rhyme": True}, None, tok, prompt)
+        assert "命令行加 --no-rhyme，网页请求写 \"rhyme\": false" in str(e.value)
+    assert cli.main(["generate", "--prompt", JIANGXUE, "--seed", "0", "--rhyme"]) == 2
+    assert "--no-rhyme" in capsys.readouterr().err
+    with pytest.raises(gc.errors.UserError, match="第 1 句超过了 5 个字$"):   # 诗体是用户要的
+        release.for_request(meta, {"form": "五绝"}, None, tok, "春" * 6)

@@ -555,3 +555,29 @@ def test_release_rhyme_does_not_break_short_requests(tiny):
                                                     temperature=0.8)
         status, data, _ = request(srv, "/api/generate", {"max_new_tokens": 8, "rhyme": True})
         assert status == 400 and "不够写完" in json.loads(data)["zh"]
+
+
+JIANGXUE = "千山鸟飞绝，万径人踪灭。"          # 《江雪》的首联：仄韵
+
+
+@pytest.mark.parametrize("case, body", [
+    ("N41", {"prompt": JIANGXUE, "seed": 0}),
+    ("N42", {"title": "江雪", "prompt": JIANGXUE, "seed": 0}),
+    ("N28", {"prompt": "春" * MAX_PROMPT, "seed": 0}),
+])
+def test_release_rhyme_never_refuses_a_plain_request(case, body):
+    """F1：发布设置默认押韵，开头押不了（仄韵、一句太长）时自由采样，并在 relaxed 里说一声；
+    明确要求押韵则 400，并说明怎样关掉。"""
+    tok = CharTokenizer.from_text(load_corpus("tang_5jue").train + "《》")   # 以题作诗要《》
+    torch.manual_seed(0)
+    model = GPT(preset("course", vocab_size=tok.vocab_size, n_layer=1, n_head=2, n_embd=16))
+    with running(model, tok, defaults={"rhyme": True, "temperature": 0.8}) as srv:
+        status, d = post(srv, body)
+        assert status == 200, d
+        assert d["text"] == generate(model, tok, body["prompt"], seed=0, temperature=0.8,
+                                     title=body.get("title"))
+        assert len(d["relaxed"]) == 1 and "发布设置默认押韵" in d["relaxed"][0]
+        status, d = post(srv, {**body, "rhyme": True})
+        assert status == 400 and '"rhyme": false' in d["zh"] and "--no-rhyme" in d["zh"]
+        status, d = post(srv, {"prompt": "春", "seed": 0})     # 写得下去：照常押韵，没有说明
+        assert status == 200 and d["relaxed"] == [] and analyze(d["text"]).rhymes

@@ -6,7 +6,7 @@ import sys
 
 from .. import checkpoint, release
 from ..errors import UserError
-from ..generate import DEFAULT_MAX_NEW_TOKENS, VERSE_FIELDS, generate, generate_batch
+from ..generate import DEFAULT_MAX_NEW_TOKENS, VERSE_FIELDS, generate_batch, stream_tokens
 from ..runtime import get_device
 from ..verse import FORMS
 
@@ -47,16 +47,20 @@ def cli_main(args) -> int:
     model, tok, meta = checkpoint.load(args.checkpoint,
                                        map_location=str(get_device(args.device)))
     given = {name: getattr(args, name) for name in (*release.SETTING_KEYS, *VERSE_FIELDS)}
-    decoding = release.for_request(meta, given, args.max_new_tokens)
+    decoding = release.for_request(meta, given, args.max_new_tokens, tok, args.prompt)
+    relaxed = decoding["relaxed"]                  # 发布设置没用上、约束放宽过：写在 stderr
     kw = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache, **decoding)
     if args.stream:
         for i in range(args.num_samples):
             seed = None if args.seed is None else args.seed + i
             print(args.prompt, end="", flush=True)
-            generate(model, tok, args.prompt, seed=seed,
-                     stream=lambda s: print(s, end="", flush=True), **kw)
+            for piece in stream_tokens(model, tok, args.prompt, seed=seed, **kw):
+                print(piece, end="", flush=True)
             print(flush=True)
-        return 0
-    poems = generate_batch(model, tok, [args.prompt] * args.num_samples, seed=args.seed, **kw)
-    sys.stdout.write("".join(poem + "\n" for poem in poems))
+    else:
+        poems = generate_batch(model, tok, [args.prompt] * args.num_samples, seed=args.seed,
+                               **kw)
+        sys.stdout.write("".join(poem + "\n" for poem in poems))
+    for note in dict.fromkeys(relaxed):
+        print(f"注：{note}", file=sys.stderr)
     return 0

@@ -15,7 +15,7 @@ import json
 import math
 
 from ..generate import VerseSpec
-from ..release import FALLBACK, whole_poem_only
+from ..release import FALLBACK, fit_prompt, whole_poem_only
 from ..sampling import SamplingParams
 from ..titled import MAX_TITLE
 from ..verse import FORMS, analyze
@@ -115,7 +115,7 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
         if not isinstance(p[key], bool):
             raise ApiError(400, f"{key} 必须是 true 或 false，收到 {brief(p[key])}",
                            f"{key} must be a boolean")
-    return p
+    return fit_prompt(tok, p["prompt"], p, given)   # 发布设置写不下去的开头：不加它，说一声
 
 
 def result(p: dict, text: str, seconds: float) -> dict:
@@ -123,7 +123,9 @@ def result(p: dict, text: str, seconds: float) -> dict:
 
     ``analysis`` 是 :func:`gptcourse.verse.analyze` 的报告：每个字的平仄 ``tones``（与 text 等长，
     平/仄/中/None）、韵脚在 text 里的下标 ``rhyme_positions``、韵部、平仄规则与合格率。
+    ``relaxed``：没用上的发布设置、解码时放宽过的约束，一句话一条（没有时 []）。
     """
     return {"text": text, "prompt": p["prompt"], "title": p.get("title"),
             "new_chars": len(text) - len(p["prompt"]),
-            "seconds": round(seconds, 3), "analysis": analyze(text).to_dict()}
+            "seconds": round(seconds, 3), "analysis": analyze(text).to_dict(),
+            "relaxed": list(dict.fromkeys(p.get("relaxed", [])))}
