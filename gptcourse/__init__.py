@@ -9,18 +9,21 @@
 子模块在第一次访问时才导入（``gc.model``、``gc.train`` ……），
 这样 ``import gptcourse`` 很快，也不会把绘图库拖进训练脚本。
 
-包的分层（下层从不导入上层；``tests/test_layers.py`` 检查）::
+包的分层（``LAYERS``；下层从不导入上层，``tests/test_layers.py`` 检查这张表与 ``LAYERS`` 相同）::
 
-    L0 runtime  errors  config                       基础：种子、设备、路径、错误类型、配置
-    L1 verse  tokenizer  bpe  data  titled           文字与数据
-    L2 rope  model                                   模型
-    L3 precision  distributed  train  checkpoint     训练与存储
-    L4 sampling  constraints  generate  evaluate  acceptance  quantize  rhyme_probe   推理与评估
-    L5 release                                       发布设置
-    L6 serve/                                        网页演示
-    L7 cli/                                          命令行（argparse 只在这里）
-    T  walkthrough  viz/  mistakes/  check/          教学（可以导入 L0–L6）
-    X  bench/  notebooks  classroom/                 维护工具（可以导入任何模块）
+    L0 runtime errors config                       基础：种子、设备、路径、错误类型、配置
+    L1 verse tokenizer bpe data titled             文字与数据
+    L2 rope model                                  模型
+    L3 precision distributed train checkpoint      训练与存储
+    L4 sampling constraints generate evaluate acceptance quantize rhyme_probe   推理与评估
+    L5 release                                     发布设置
+    L6 serve/                                      网页演示
+    L7 cli/ __main__                               命令行（argparse 只在这里）
+    T  walkthrough viz/ mistakes/ check/           教学（可以导入 L0–L6）
+    X  bench/ notebooks classroom/                 维护工具（可以导入任何模块）
+
+``import gptcourse``（门面）与 ``importlib.import_module`` 只在门面、L7 和 X 里用：库和教学模块
+直接导入它们要的模块，依赖才看得见。
 """
 from __future__ import annotations
 
@@ -33,18 +36,25 @@ from .runtime import DATA_DIR, QUICK_ENV, ROOT, get_device, is_quick, set_seed
 
 __version__ = "0.1.0"
 
-# gc.<名字> → 子模块（第一次访问时导入）。命令行 cli、维护工具 bench/notebooks/classroom
-# 不在这里：它们是程序，不是课程的 API（用 python -m gptcourse… 运行）。
-MODULES = (
-    "runtime", "errors", "config",
-    "verse", "tokenizer", "bpe", "data", "titled",
-    "rope", "model",
-    "precision", "distributed", "train", "checkpoint",
-    "sampling", "constraints", "generate", "evaluate", "acceptance", "quantize", "rhyme_probe",
-    "release", "serve",
-    "walkthrough", "viz", "mistakes", "check",
-    "bench",                        # 笔记本 03 读机器信息与矩阵乘法上限
-)
+# 包的分层：层 → 这一层的顶层模块（包的说明里的表、README 的表与它相同，tests/test_layers.py 检查）
+LAYERS: dict[str, tuple[str, ...]] = {
+    "L0": ("runtime", "errors", "config"),
+    "L1": ("verse", "tokenizer", "bpe", "data", "titled"),
+    "L2": ("rope", "model"),
+    "L3": ("precision", "distributed", "train", "checkpoint"),
+    "L4": ("sampling", "constraints", "generate", "evaluate", "acceptance", "quantize",
+           "rhyme_probe"),
+    "L5": ("release",),
+    "L6": ("serve",),
+    "L7": ("cli", "__main__"),
+    "T": ("walkthrough", "viz", "mistakes", "check"),
+    "X": ("bench", "notebooks", "classroom"),
+}
+# gc.<名字> → 子模块（第一次访问时导入）：L0–L6 与教学模块。命令行 cli、维护工具不在这里：
+# 它们是程序，不是课程的 API（用 python -m gptcourse… 运行）；bench 例外：笔记本 03 读机器信息
+# 与矩阵乘法上限。
+MODULES = (*(m for layer, names in LAYERS.items() if layer not in ("L7", "X") for m in names),
+           "bench")
 
 if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
     from . import (acceptance, bench, bpe, check, checkpoint, config, constraints, data,

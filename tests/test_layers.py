@@ -1,52 +1,72 @@
-"""包的分层（见 gptcourse/__init__.py 的说明）：一个模块只导入比它低的层
-（同层可以，但不能成环），延迟导入（函数里的 import）也算。导入 ``a.b.c`` 会执行 ``a.b`` 的 ``__init__``，所以也算导入了 ``a.b``。"""
+"""包的分层（``gptcourse.LAYERS``，说明见 gptcourse/__init__.py）：一个模块只导入比它低的层
+（同层可以，但不能成环），延迟导入（函数里的 import）也算。导入 ``a.b.c`` 会执行 ``a.b`` 的
+``__init__``，所以也算导入了 ``a.b``。依赖必须看得见：门面 ``import gptcourse``（之后 ``gc.<任何>``）
+与 ``importlib.import_module`` / ``__import__`` 只有门面、命令行（L7）和工具（X）可以用。
+
+``violations(pkg)`` 对一个包目录给出全部违规；下面的"栽进去的导入"在包的副本里各加一行，
+每一行都必须被抓住。"""
 from __future__ import annotations
 
 import ast
+import re
+import shutil
 from collections import defaultdict
 from pathlib import Path
+
+import pytest
 
 import gptcourse
 
 PKG = Path(gptcourse.__file__).parent
-LAYERS = {                                   # 顶层名字 → 层号；T（教学）= 10，X（工具）= 20
-    "runtime": 0, "errors": 0, "config": 0,
-    "verse": 1, "tokenizer": 1, "bpe": 1, "data": 1, "titled": 1,
-    "rope": 2, "model": 2,
-    "precision": 3, "distributed": 3, "train": 3, "checkpoint": 3,
-    "sampling": 4, "constraints": 4, "generate": 4, "evaluate": 4, "acceptance": 4, "quantize": 4,
-    "rhyme_probe": 4,
-    "release": 5, "serve": 6, "cli": 7, "__main__": 7,
-    "walkthrough": 10, "viz": 10, "mistakes": 10, "check": 10,
-    "bench": 20, "notebooks": 20, "classroom": 20,
-}
 TEACHING, TOOLS = 10, 20
+RANK = {m: (int(layer[1:]) if layer.startswith("L") else {"T": TEACHING, "X": TOOLS}[layer])
+        for layer, names in gptcourse.LAYERS.items() for m in names}     # 顶层名字 → 层号
+ENTRY = RANK["cli"]                                                    # L7：命令行
 
 
-def modules() -> dict[str, Path]:
+def modules(pkg: Path = PKG) -> dict[str, Path]:
     out = {}
-    for p in PKG.rglob("*.py"):
-        parts = list(p.relative_to(PKG.parent).with_suffix("").parts)
+    for p in pkg.rglob("*.py"):
+        parts = ["gptcourse", *p.relative_to(pkg).with_suffix("").parts]
         if parts[-1] == "__init__":
             parts = parts[:-1]
         out[".".join(parts)] = p
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
-    mods = modules()
+def _dynamic(node: ast.AST) -> bool:
+    """``importlib.import_module(...)``、``import_module(...)`` 或 ``__import__(...)``。"""
+    if not isinstance(node, ast.Call):
+        return False
+    f = node.func
+    name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+    return name in ("import_module", "__import__")
+
+
+def scan(pkg: Path = PKG) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """→ (导入图：模块 → 它导入的包内模块, 模块 → 看不见的依赖：门面与动态导入)。"""
+    mods = modules(pkg)
     graph: dict[str, set[str]] = defaultdict(set)
+    hidden: dict[str, list[str]] = defaultdict(list)
     for name, path in mods.items():
         package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if _dynamic(node):
+                hidden[name].append(f"第 {node.lineno} 行 {ast.unparse(node.func)}(…)")
+                continue
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
+                if "gptcourse" in targets:
+                    hidden[name].append(f"第 {node.lineno} 行 import gptcourse")
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
                     up = package.split(".")[:len(package.split(".")) - (node.level - 1)]
                     base = ".".join(up + ([node.module] if node.module else []))
-                targets = [base] + [f"{base}.{a.name}" for a in node.names]
+                subs = [f"{base}.{a.name}" for a in node.names]
+                if base == "gptcourse" and any(s not in mods for s in subs):
+                    hidden[name].append(f"第 {node.lineno} 行 from gptcourse import 门面的名字")
+                targets = [base] + subs
             else:
                 continue
             for t in targets:
@@ -59,13 +79,13 @@ def import_graph() -> dict[str, set[str]]:
                     dep = ".".join(parts[:k])
                     if dep != name and not name.startswith(dep + "."):
                         graph[name].add(dep)
-    return graph
+    return graph, hidden
 
 
-def layer(module: str) -> int:
-    top = module.split(".")[1]
-    assert top in LAYERS, f"{module} 不在分层表里：请在 tests/test_layers.py 的 LAYERS 里登记它"
-    return LAYERS[top]
+def layer(module: str) -> int | None:
+    """模块的层号；门面 gptcourse 与没登记的模块：None。"""
+    parts = module.split(".")
+    return RANK.get(parts[1]) if len(parts) > 1 else None
 
 
 def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -98,42 +118,118 @@ def strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def test_every_module_has_a_layer():
-    for name in modules():
-        if name != "gptcourse":
-            layer(name)
-
-
-def test_no_import_cycles():
-    assert strongly_connected(import_graph()) == []
-
-
-def test_no_upward_imports():
-    bad = []
-    for src, deps in import_graph().items():
-        if src == "gptcourse":
-            continue                               # 门面：按需导入任何子模块
+def violations(pkg: Path = PKG) -> list[str]:
+    """这个包目录违反分层规则的地方（一条一句话）；[] = 没有。"""
+    bad = [f"{m} 不在分层表里：请在 gptcourse.LAYERS 里登记它"
+           for m in modules(pkg) if m != "gptcourse" and layer(m) is None]
+    graph, hidden = scan(pkg)
+    bad += [f"导入成环：{' → '.join(c)}" for c in strongly_connected(graph)]
+    for src, deps in graph.items():
+        s = layer(src)
+        if s in (None, TOOLS):
+            continue                               # 门面按需导入任何子模块；工具可以导入任何模块
         for dep in deps:
-            s, d = layer(src), layer(dep)
-            if s == TOOLS:
-                continue                           # 工具可以导入任何模块
+            d = layer(dep)
+            if d is None:                          # 门面：看不见的依赖，见下面的 hidden
+                continue
             if d >= TEACHING and s < TEACHING:
                 bad.append(f"{src} → {dep}（库与入口不导入教学和工具模块）")
-            elif s == TEACHING and d == TOOLS:
-                bad.append(f"{src} → {dep}（教学模块不导入工具）")
+            elif s == TEACHING and d in (ENTRY, TOOLS):
+                bad.append(f"{src} → {dep}（教学模块只导入 L0–L6）")
             elif s < TEACHING and d > s:
                 bad.append(f"{src}（L{s}）→ {dep}（L{d}）")
-    assert bad == [], "\n".join(sorted(bad))
+    for src, uses in hidden.items():
+        if src != "gptcourse" and layer(src) not in (ENTRY, TOOLS):
+            bad += [f"{src}：{u}（依赖看不见；直接导入要用的模块）" for u in uses]
+    return sorted(bad)
+
+
+def test_the_package_keeps_its_layers():
+    assert violations() == []
 
 
 def test_argparse_only_in_entry_points():
     users = sorted(name for name, path in modules().items()
                    if "argparse" in path.read_text(encoding="utf-8")
-                   and name != "gptcourse" and layer(name) not in (LAYERS["cli"], TOOLS))
+                   and name != "gptcourse" and layer(name) not in (ENTRY, TOOLS))
     assert users == []
 
 
+# ---------------------------------------------------------------- 表只有一份
+TABLE_ROW = re.compile(r"^\s*(L\d|T|X)\s+((?:[a-z_]+/?\s+)+)")
+
+
+def _table(text: str) -> dict[str, tuple[str, ...]]:
+    """文字里的分层表：以层名开头的行 → 这一行列出的模块（包的 "/" 去掉）。"""
+    rows = {}
+    for line in text.splitlines():
+        m = TABLE_ROW.match(line + " ")
+        if m:
+            rows[m.group(1)] = tuple(w.rstrip("/") for w in m.group(2).split())
+    return rows
+
+
+def test_docstring_and_readme_tables_are_layers():
+    assert _table(gptcourse.__doc__) == gptcourse.LAYERS
+    readme = (PKG.parent / "README.md").read_text(encoding="utf-8")
+    assert _table(readme[readme.index("## 仓库结构"):]) == gptcourse.LAYERS
+
+
+def test_layers_name_every_top_level_module_once():
+    names = [m for ms in gptcourse.LAYERS.values() for m in ms]
+    assert len(names) == len(set(names))
+    top = {n.split(".")[1] for n in modules() if n.count(".") >= 1}
+    assert set(names) == top
+
+
 def test_facade_lists_real_modules():
-    names = {n.split(".")[1] for n in modules() if n.count(".") == 1}
-    assert set(gptcourse.MODULES) <= names
+    library = [m for layer, ms in gptcourse.LAYERS.items() if layer not in ("L7", "X") for m in ms]
+    assert gptcourse.MODULES == (*library, "bench")
     assert set(gptcourse.MODULES) <= set(dir(gptcourse))
+
+
+# ---------------------------------------------------------------- 栽进去的导入：每一个都被抓住
+HIDDEN = "（依赖看不见；直接导入要用的模块）"
+PLANTED = {
+    "facade in a library module": (
+        "sampling.py", "\n\ndef _viz():\n    import gptcourse as gc\n    return gc.viz.basic\n",
+        "gptcourse.sampling：第 {} 行 import gptcourse" + HIDDEN),
+    "facade name via from-import": (
+        "generate.py", "\n\ndef _s():\n    from gptcourse import setup\n    return setup\n",
+        "gptcourse.generate：第 {} 行 from gptcourse import 门面的名字" + HIDDEN),
+    "import_module outside entry points": (
+        "generate.py",
+        "\n\ndef _check():\n    import importlib\n    return importlib.import_module('gptcourse.check')\n",
+        "gptcourse.generate：第 {} 行 importlib.import_module(…)" + HIDDEN),
+    "__import__ outside entry points": (
+        "model.py", "\n\ndef _viz():\n    return __import__('gptcourse.viz')\n",
+        "gptcourse.model：第 {} 行 __import__(…)" + HIDDEN),
+    "teaching → cli": (
+        "viz/basic.py", "\n\ndef _main():\n    from ..cli import main\n    return main\n",
+        "gptcourse.viz.basic → gptcourse.cli（教学模块只导入 L0–L6）"),
+    "lazy upward import": (            # 也成了环（serve 导入 verse）：那几条也报
+        "verse.py", "\n\ndef _up():\n    from .serve import params\n    return params\n",
+        "gptcourse.verse（L1）→ gptcourse.serve（L6）"),
+    "teaching in a dynamic import inside mistakes": (
+        "mistakes/__init__.py",
+        "\n\ndef _d():\n    import importlib\n    return importlib.import_module(f'{__name__}.demos')\n",
+        "gptcourse.mistakes：第 {} 行 importlib.import_module(…)" + HIDDEN),
+    "unregistered module": (
+        "newthing.py", "import gptcourse.errors\n", "gptcourse.newthing 不在分层表里：请在 gptcourse.LAYERS 里登记它"),
+}
+
+
+@pytest.mark.parametrize("case", list(PLANTED))
+def test_a_planted_import_is_caught(tmp_path, case):
+    file, code, message = PLANTED[case]           # message：{} = 栽进去的那一行的行号
+    pkg = tmp_path / "gptcourse"
+    shutil.copytree(PKG, pkg, ignore=shutil.ignore_patterns("*.pyc", "__pycache__", "static",
+                                                            "fonts", "assets"))
+    target = pkg / file
+    before = target.read_text(encoding="utf-8") if target.exists() else ""
+    target.write_text(before + code, encoding="utf-8")
+    marker = next((i for i, text in enumerate(code.split("\n"))
+                  if re.search(r"import gptcourse|from gptcourse|import_module\(|__import__\(", text)
+                  ), 0)
+    found = violations(pkg)                       # 没栽之前是 []（test_the_package_keeps_its_layers）
+    assert message.format(before.count("\n") + 1 + marker) in found, found

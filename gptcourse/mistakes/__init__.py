@@ -1,4 +1,4 @@
-"""常见错误陈列馆（COURSE_SPEC 04）：每个错误都能单独复现，有它的症状，也有抓住它的检查。
+"""常见错误陈列馆：每个错误都能单独复现，有它的症状，也有抓住它的检查。
 
 这些"故意写错"的变体只住在这里，名字一看就知道是错的（``attention_no_mask``、
 ``ListBlocksGPT`` ……），正常的 API（``gc.model``、``gc.generate``、``gc.train``）永远不会用到。
@@ -120,6 +120,6 @@ GALLERY: list[Mistake] = [
 def __getattr__(name: str):
     # 症状演示 gc.mistakes.demos.demo_* 要读语料、训练小模型：第一次用到时才导入
     if name == "demos":
-        import importlib
-        return importlib.import_module(f"{__name__}.demos")
+        import gptcourse.mistakes.demos as demos   # 不是 from . import：那会先问 __getattr__
+        return demos
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
