@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import UserError
+from .model import eval_mode
 from .titled import normalise, titled
 from .verse import PUNCT as SENTENCE_MARKS  # 断句的标点（规则在 verse；语料里只出现 ，。？！）
 
@@ -82,10 +83,8 @@ def token_losses(model, tok, text: str, batch_size: int = 32, block_size: int | 
     plan = window_plan(n, T, stride)
     Tw = min(T, n)
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     out = torch.full((n,), float("nan"))              # 每个位置恰好写一次；NaN = 没打分
-    try:
+    with eval_mode(model):
         for b in range(0, len(plan), batch_size):
             chunk = plan[b:b + batch_size]
             starts = torch.tensor([s for s, _ in chunk])
@@ -95,8 +94,6 @@ def token_losses(model, tok, text: str, batch_size: int = 32, block_size: int | 
                                    reduction="none").cpu()                   # [B, Tw]
             for row, (s, first) in enumerate(chunk):
                 out[first:s + Tw] = loss[row, first - s:]
-    finally:
-        model.train(was_training)
     if not torch.isfinite(out).all():
         raise UserError(f"有 {int((~torch.isfinite(out)).sum())} 个位置的损失不是有限数"
                          "（模型输出了 NaN/inf？）")

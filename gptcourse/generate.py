@@ -25,13 +25,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from .constraints import RELAXED, VerseConstraint
 from .errors import UserError
+from .model import eval_mode
 from .sampling import (NEG_INF, SamplingParams, apply_temperature, penalize, sample_with,
                        top_k_filter, top_p_filter)
 from .titled import CLOSE, OPEN, check_title
@@ -97,19 +97,6 @@ def poem_tokens(cons: VerseConstraint, poem: str = "") -> int:
 
 
 # ---------------------------------------------------------------- 解码循环
-@contextmanager
-def eval_mode(model: torch.nn.Module):
-    """临时切到 eval（关掉 dropout），结束后恢复原来的模式。已在 eval 时什么都不改（线程安全）。"""
-    was = model.training
-    if was:
-        model.eval()
-    try:
-        yield model
-    finally:
-        if was:
-            model.train()
-
-
 def _current_poem(text: str) -> str:
     """最后一个换行之后、去掉开头《题》的文字：约束只看正文。"""
     return strip_title(text[text.rfind("\n") + 1:])

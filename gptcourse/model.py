@@ -101,6 +101,20 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
 
 
 @contextmanager
+def eval_mode(model: nn.Module):
+    """``with eval_mode(model):`` 临时切到 eval（关掉 dropout），结束后恢复原来的模式。
+    已在 eval 时什么都不改（所以并发的只读请求之间线程安全）。"""
+    was = model.training
+    if was:
+        model.eval()
+    try:
+        yield model
+    finally:
+        if was:
+            model.train()
+
+
+@contextmanager
 def record_attention(model: nn.Module):
     """``with record_attention(model) as rec: model(idx)`` → ``rec[i]`` 是第 i 个注意力层的
     ``{"scores": [B, H, T, S], "weights": [B, H, T, S]}``（最近一次前向）。
@@ -291,14 +305,9 @@ class GPT(nn.Module):
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """每层的注意力权重 [B, H, T, T]（eval 模式下临时走手写路径，不影响训练速度）。"""
-        was_training = self.training
-        self.eval()
-        try:
-            with record_attention(self) as rec:
-                self(idx)
-            return [r["weights"] for r in rec]
-        finally:
-            self.train(was_training)
+        with eval_mode(self), record_attention(self) as rec:
+            self(idx)
+        return [r["weights"] for r in rec]
 
 
 def count_parameters(model: GPT) -> dict[str, int]:

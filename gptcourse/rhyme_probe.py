@@ -19,6 +19,7 @@ import torch
 
 from .constraints import _pieces
 from .errors import UserError
+from .model import eval_mode
 from .verse import PING, check_rhyme, group_names, line_spans, ping_groups, poem_form
 
 
@@ -70,9 +71,7 @@ def rhyme_group_mass(model, tok, poems: list[str], train_text: str,
         raise UserError("poems 里没有合乎诗体且押韵的诗")
     device = next(model.parameters()).device
     sums: dict[int, Counter] = defaultdict(Counter)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         for length, items in sorted(by_len.items()):
             for b in range(0, len(items), batch_size):
                 chunk = items[b:b + batch_size]
@@ -89,7 +88,5 @@ def rhyme_group_mass(model, tok, poems: list[str], train_text: str,
                         s["chance"] += chance[group]
                         s["top1"] += bool(masks[group][int(p.argmax())])
                         s["n"] += 1
-    finally:
-        model.train(was_training)
     return {k: {"mass": s["mass"] / s["n"], "chance": s["chance"] / s["n"],
                 "top1": s["top1"] / s["n"], "n": int(s["n"])} for k, s in sorted(sums.items())}
