@@ -12,7 +12,7 @@
 包的分层（``LAYERS``；下层从不导入上层，``tests/test_layers.py`` 检查这张表与 ``LAYERS`` 相同）::
 
     L0 runtime errors config                       基础：种子、设备、路径、错误类型、配置
-    L1 verse tokenizer bpe data titled             文字与数据
+    L1 verse titles tokenizer bpe data titled      文字与数据
     L2 rope model                                  模型
     L3 precision distributed train checkpoint      训练与存储
     L4 sampling constraints generate evaluate acceptance quantize rhyme_probe   推理与评估
@@ -39,7 +39,7 @@ __version__ = "0.1.0"
 # 包的分层：层 → 这一层的顶层模块（包的说明里的表、README 的表与它相同，tests/test_layers.py 检查）
 LAYERS: dict[str, tuple[str, ...]] = {
     "L0": ("runtime", "errors", "config"),
-    "L1": ("verse", "tokenizer", "bpe", "data", "titled"),
+    "L1": ("verse", "titles", "tokenizer", "bpe", "data", "titled"),
     "L2": ("rope", "model"),
     "L3": ("precision", "distributed", "train", "checkpoint"),
     "L4": ("sampling", "constraints", "generate", "evaluate", "acceptance", "quantize",
@@ -59,8 +59,8 @@ MODULES = (*(m for layer, names in LAYERS.items() if layer not in ("L7", "X") fo
 if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
     from . import (acceptance, bench, bpe, check, checkpoint, config, constraints, data,
                    distributed, errors, evaluate, generate, mistakes, model, precision, quantize,
-                   release, rhyme_probe, rope, runtime, sampling, serve, titled, tokenizer, train,
-                   verse, viz, walkthrough)
+                   release, rhyme_probe, rope, runtime, sampling, serve, titled, titles, tokenizer,
+                   train, verse, viz, walkthrough)
 
 
 @dataclass(frozen=True)

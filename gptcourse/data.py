@@ -15,6 +15,7 @@ from torch.utils.data import Dataset
 
 from .errors import MissingFileError, UserError
 from .runtime import DATA_DIR
+from .titles import TITLE_MARKS
 from .verse import LINE_ENDS
 
 # 名字 → (说明, 是否已分好 train/val/test 三个文件)
@@ -204,7 +205,6 @@ def load_meta(data_dir: Path | str | None = None) -> list[dict[str, str]]:
     return [dict(zip(header, line.split("\t"))) for line in lines[1:]]
 
 
-TITLE_MARKS = "《》"        # 标题的书名号：课程模型的词表里预留了它们（以题作诗）
 
 
 def vocabulary_text(corpus: Corpus) -> str:

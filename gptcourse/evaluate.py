@@ -29,6 +29,7 @@ from .errors import UserError
 from .model import eval_mode
 from .titled import normalise, titled
 from .verse import PUNCT as SENTENCE_MARKS  # 断句的标点（规则在 verse；语料里只出现 ，。？！）
+from .verse import is_hanzi
 
 K_GRID = (1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0)     # 加 k 平滑的候选 k（在验证集上挑）
 LN2 = math.log(2)
@@ -320,7 +321,6 @@ def title_reuse(model, tok, titles: list[str], seed: int = 0, **decoding) -> dic
     对照：同样这些诗配上打乱了的题目（每首配一个规范化后不同的题目）。
     ``decoding`` 交给 ``generate_batch``。"""
     from .generate import generate_batch
-    from .verse import is_hanzi
     if len({normalise(t) for t in titles}) < 2:
         raise UserError("title_reuse 至少要两个（规范化后）不同的题目，才能做打乱的对照")
     poems = [generate_batch(model, tok, [""], seed=seed + i, title=t, **decoding)[0]

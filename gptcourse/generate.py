@@ -34,8 +34,8 @@ from .errors import UserError
 from .model import eval_mode
 from .sampling import (NEG_INF, SamplingParams, apply_temperature, penalize, sample_with,
                        top_k_filter, top_p_filter)
-from .titled import CLOSE, OPEN, check_title
-from .titled import strip as strip_title
+from .titles import check_title, format_title
+from .titles import strip as strip_title
 from .verse import FORMS
 
 DEFAULT_MAX_NEW_TOKENS = 100
@@ -146,7 +146,7 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
             or max_new_tokens < 0:
         raise UserError(f"max_new_tokens 必须是 ≥ 0 的整数，收到 {max_new_tokens!r}")
     bs, eos = model.config.block_size, tok.eos_id
-    head = f"{OPEN}{spec.title}{CLOSE}" if spec.title is not None else ""   # 以题作诗
+    head = format_title(spec.title) if spec.title is not None else ""   # 以题作诗
     rows = []
     for i, p in enumerate(prompts):
         ids = [eos] + tok.encode(head + p)

@@ -1,6 +1,7 @@
-"""以题作诗：模型读到题目，再写正文。
+"""以题作诗的数据：模型读到题目，再写正文。
 
-格式只有一个定义：一首带题目的诗写成 ``《题》正文``，和别的诗一样前面有换行符、后面以换行符结束::
+格式只有一个定义（:mod:`gptcourse.titles`）：一首带题目的诗写成 ``《题》正文``，和别的诗一样前面有
+换行符、后面以换行符结束::
 
     \\n《春晓》春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\\n
 
@@ -10,7 +11,7 @@
   背诵。比较之前先把题目规范化（:func:`normalise`）：异体字换成通行字，去掉“其二”“二首”“之一”
   以及末尾的序号，于是《秋兴八首 其一》和《秋兴八首 其三》算同一个题目。
 - 生成时题目放在提示前面（:func:`gptcourse.generate.generate` 的 ``title=``），返回的文字不含题目；
-  诗体、押韵等约束只看正文（:func:`strip`）。
+  诗体、押韵等约束只看正文（:func:`gptcourse.titles.strip`）。
 """
 from __future__ import annotations
 
@@ -18,42 +19,18 @@ import re
 
 import torch
 
-from .data import TITLE_MARKS, VARIANTS, load_meta
+from .data import VARIANTS, load_meta
 from .errors import UserError
-from .verse import PUNCT
+from .titles import CLOSE, MAX_TITLE, OPEN, check_title, format_title
 
-OPEN, CLOSE = TITLE_MARKS
-MAX_TITLE = 24                   # 题目最多多少个字（语料里 99 % 以上的题目不超过 15 个字）
 _VARIANTS = str.maketrans(VARIANTS)
 _NUM = "一二三四五六七八九十百两"
 _SUFFIX = re.compile(rf"(其[{_NUM}]+|[{_NUM}]+首|之[{_NUM}]+|第[{_NUM}]+首?|[{_NUM}]+)$")
 
 
-def check_title(title) -> str:
-    """合法的题目：非空字符串，不含书名号、换行和句读标点，不超过 ``MAX_TITLE`` 个字。"""
-    if not isinstance(title, str):
-        raise UserError(f"题目必须是字符串，收到 {type(title).__name__}")
-    t = title.strip()
-    if not t:
-        raise UserError("题目不能是空的")
-    bad = sorted({c for c in t if c in OPEN + CLOSE + "\n" or c in PUNCT})
-    if bad:
-        raise UserError(f"题目里不能有这些字符：{'、'.join(map(repr, bad))}")
-    if len(t) > MAX_TITLE:
-        raise UserError(f"题目太长：{len(t)} 个字，最多 {MAX_TITLE} 个")
-    return t
-
-
 def titled(title: str, body: str) -> str:
-    """一首带题目的诗的文字：``《题》正文``。"""
-    return f"{OPEN}{check_title(title)}{CLOSE}{body}"
-
-
-def strip(text: str) -> str:
-    """去掉开头的 ``《题》``（没有题目时原样返回）。"""
-    if text.startswith(OPEN) and CLOSE in text:
-        return text[text.index(CLOSE) + 1:]
-    return text
+    """一首训练诗的文字：``《题》正文``（格式在 :func:`gptcourse.titles.format_title`）。"""
+    return format_title(title, body)
 
 
 def normalise(title: str) -> str:

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import gptcourse as gc
-from gptcourse import checkpoint, cli, titled
+from gptcourse import checkpoint, cli, titled, titles
 from gptcourse.config import preset
 from gptcourse.errors import UserError
 from gptcourse.generate import generate, generate_batch
@@ -19,11 +19,20 @@ POEM = "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。
 
 
 def test_format_and_strip():
-    assert titled.titled("春晓", POEM) == "《春晓》" + POEM
-    assert titled.strip("《春晓》" + POEM) == POEM and titled.strip(POEM) == POEM
-    for bad in ("", "  ", "春《晓", "春晓，", "春\n晓", "长" * (titled.MAX_TITLE + 1), 3):
+    assert titled.titled("春晓", POEM) == titles.format_title("春晓", POEM) == "《春晓》" + POEM
+    assert titles.strip("《春晓》" + POEM) == POEM and titles.strip(POEM) == POEM
+    for bad in ("", "  ", "春《晓", "春晓，", "春\n晓", "长" * (titles.MAX_TITLE + 1), 3):
         with pytest.raises(UserError):
-            titled.check_title(bad)
+            titles.check_title(bad)
+
+
+def test_decoding_does_not_load_the_corpus_loader():
+    """L3：题目的格式在 titles（不导入 data），所以 generate 不会把语料加载器拖进来。"""
+    import subprocess
+    import sys
+    code = "import sys, gptcourse.generate; print('gptcourse.data' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout == "False\n"
 
 
 @pytest.mark.parametrize("raw, norm", [

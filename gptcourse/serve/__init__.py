@@ -47,7 +47,7 @@ from .http import (
     client_gone,
     lingering_close,
 )
-from ..titled import MAX_TITLE
+from ..titles import MAX_TITLE
 from ..verse import FORMS
 from .params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT, RANGES, brief,
                      parse_params, result)

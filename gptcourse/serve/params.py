@@ -17,7 +17,7 @@ import math
 from ..generate import VerseSpec
 from ..release import FALLBACK, fit_prompt, whole_poem_only
 from ..sampling import SamplingParams
-from ..titled import MAX_TITLE
+from ..titles import MAX_TITLE
 from ..verse import FORMS, analyze
 from .http import ApiError
 
