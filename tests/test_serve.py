@@ -581,3 +581,16 @@ def test_release_rhyme_never_refuses_a_plain_request(case, body):
         assert status == 400 and '"rhyme": false' in d["zh"] and "--no-rhyme" in d["zh"]
         status, d = post(srv, {"prompt": "春", "seed": 0})     # 写得下去：照常押韵，没有说明
         assert status == 200 and d["relaxed"] == [] and analyze(d["text"]).rhymes
+
+
+def test_slider_ranges_and_values_come_from_the_server(server):
+    """L1：页面不写滑块的范围与初始值，app.js 从 /api/info 的 ranges / zero_ok / defaults 读。"""
+    html = request(server, "/")[1].decode("utf-8")
+    for slider in ("temperature", "top_p"):
+        tag = re.search(rf'<input type="range" id="{slider}"[^>]*>', html).group(0)
+        assert "min=" not in tag and "max=" not in tag and "value=" not in tag, tag
+    info = json.loads(request(server, "/api/info")[1])
+    assert info["ranges"] == {k: list(v) for k, v in serve.params.RANGES.items()}
+    assert info["zero_ok"] == ["temperature"]
+    js = request(server, "/app.js")[1].decode("utf-8")
+    assert "info.ranges" in js and "info.zero_ok" in js

@@ -49,7 +49,7 @@ from .http import (
 )
 from ..titles import MAX_TITLE
 from ..verse import FORMS
-from .params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT, RANGES, brief,
+from .params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT, RANGES, ZERO_OK, brief,
                      parse_params, result)
 
 STATIC = Path(__file__).parent / "static"
@@ -259,7 +259,7 @@ class Handler(BaseHTTPRequestHandler):
                 "limits": {"prompt": MAX_PROMPT, "acrostic": MAX_ACROSTIC, "title": MAX_TITLE,
                            "max_new_tokens": MAX_NEW_TOKENS, "body_bytes": MAX_BODY,
                            "slots": s.limits.slots, "queue": s.limits.queue},
-                "ranges": RANGES}
+                "ranges": RANGES, "zero_ok": list(ZERO_OK)}
 
     def _pieces(self, p: dict):
         """逐个产出新文字；每个字之后看一眼客户端还在不在，不在就停下（放回名额）。"""

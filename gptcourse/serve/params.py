@@ -27,6 +27,7 @@ MAX_NEW_TOKENS = 200
 # 采样参数的范围。下限离 0 远一点：1e-300 这样的值虽然 > 0，却会让 logits 除出 inf、
 # 让 top-p 在 float32 里变成 0，最后抽样失败。温度另外允许正好 0（贪心）。
 RANGES = {"temperature": (0.01, 3.0), "top_p": (0.01, 1.0), "repetition_penalty": (0.1, 3.0)}
+ZERO_OK = ("temperature",)      # 在 RANGES 之外还允许正好 0 的参数（温度 0 = 贪心）
 # 请求可以带的参数 = 提示、长度、种子 + SamplingParams 的字段 + VerseSpec 的字段（指定韵部除外）
 DEFAULTS = {"prompt": "", "max_new_tokens": None, "seed": None, **SamplingParams().to_dict(),
             **{k: v for k, v in VerseSpec().__dict__.items() if k != "rhyme_group"}, **FALLBACK}
@@ -100,10 +101,9 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
         raise ApiError(400, f"form 只能是 {'、'.join(FORMS)} 之一，收到 {brief(p['form'])}",
                        f"form must be one of {list(FORMS)}")
     p["form"] = p["form"] if p["form"] in FORMS else None
-    _number(p, "temperature", *RANGES["temperature"], zero_ok=True)
-    if p["top_p"] is not None:
-        _number(p, "top_p", *RANGES["top_p"])
-    _number(p, "repetition_penalty", *RANGES["repetition_penalty"])
+    for key, (lo, hi) in RANGES.items():
+        if p[key] is not None:                      # top_p 可以是 None（不截断）
+            _number(p, key, lo, hi, zero_ok=key in ZERO_OK)
     if p["top_k"] is not None:
         _number(p, "top_k", 0, tok.vocab_size, integer=True)
         p["top_k"] = p["top_k"] or None                     # 0 = 不限

@@ -70,7 +70,7 @@ async function write(event) {
       throw new Error(err.zh || err.error);
     }
     const reader = res.body.getReader(), decoder = new TextDecoder();
-    let buffer = "", analysis = null;
+    let buffer = "", analysis = null, relaxed = [];
     for (;;) {
       const {value, done} = await reader.read();
       if (done) break;
@@ -81,14 +81,15 @@ async function write(event) {
         buffer = buffer.slice(nl + 1);
         if (msg.error) throw new Error(msg.zh || msg.error);   // 生成中途出错：最后一行是 {"error": …}
         if (msg.piece !== undefined) { text += msg.piece; poem.textContent = pretty(text); }
-        if (msg.done) { text = msg.text; analysis = msg.analysis; }
+        if (msg.done) { text = msg.text; analysis = msg.analysis; relaxed = msg.relaxed || []; }
       }
     }
     if (!analysis) throw new Error("连接中断，诗没有写完");
+    const notes = relaxed.length ? "（" + relaxed.join("；") + "）" : "";
     poem.dataset.text = text;
     annotate(poem, text, analysis);
     const n = text.length - p.prompt.length;
-    status.textContent = `完成：${n} 个字，用时 ${((performance.now() - t0) / 1000).toFixed(1)} 秒。`;
+    status.textContent = `完成：${n} 个字，用时 ${((performance.now() - t0) / 1000).toFixed(1)} 秒。${notes}`;
     poem.dataset.done = "1";
   } catch (e) {
     status.className = "error";
@@ -101,7 +102,8 @@ async function write(event) {
 
 $("controls").addEventListener("submit", write);
 
-// 表单的初始值 = 服务器的默认解码设置（检查点的发布设置）；地址栏参数可以再覆盖：
+// 滑块的范围 = 服务器的 ranges（zero_ok 里的参数另外允许正好 0），初始值 = 服务器的默认解码设置
+// （检查点的发布设置）：页面自己不写任何数值。地址栏参数可以再覆盖：
 // /?prompt=春&form=五绝&rhyme=1&seed=1&auto=1（auto=1 时打开页面就写）
 function setValue(key, value) {
   $(key).value = value;
@@ -110,13 +112,19 @@ function setValue(key, value) {
 
 async function init() {
   try {
-    const d = (await (await fetch("/api/info")).json()).defaults;
+    const info = await (await fetch("/api/info")).json();
+    for (const [key, [lo, hi]] of Object.entries(info.ranges)) {
+      if (!$(key)) continue;                                 // 没有滑块的参数（重复惩罚）
+      $(key).min = info.zero_ok.includes(key) ? 0 : lo;
+      $(key).max = hi;
+    }
+    const d = info.defaults;
     setValue("temperature", d.temperature);
     setValue("top_p", d.top_p === null ? 1 : d.top_p);
     if (d.top_k !== null) setValue("top_k", d.top_k);
     $("rhyme").checked = Boolean(d.rhyme);
     $("tones").checked = Boolean(d.tones);
-  } catch (e) { /* 拿不到默认值就用页面自带的 */ }
+  } catch (e) { /* 拿不到范围与默认值：滑块停在中间，数值显示"…" */ }
   const q = new URLSearchParams(location.search);
   for (const key of ["prompt", "title", "form", "acrostic", "temperature", "top_k", "top_p",
                      "seed"]) {
