@@ -4,14 +4,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, fields, replace
 
-from .errors import UserError
+from .errors import UserError, is_real
 
 # block_size 的上限：每层的因果掩码是 [T, T] 的 bool 缓冲区，T = 8192 时每层 64 MB
 MAX_BLOCK_SIZE = 8192
-
-
-def _is_real(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 @dataclass(frozen=True)
@@ -57,14 +53,14 @@ class GPTConfig:
         if self.pos == "rope" and self.head_dim % 2:
             raise UserError(f"RoPE 需要偶数的 head_dim，收到 {self.head_dim}")
         for name in ("dropout", "attn_dropout", "resid_dropout"):
-            if not _is_real(getattr(self, name)) or not 0.0 <= getattr(self, name) < 1.0:
+            if not is_real(getattr(self, name)) or not 0.0 <= getattr(self, name) < 1.0:
                 raise UserError(f"{name} 必须在 [0, 1) 内，收到 {getattr(self, name)!r}")
         for name in ("bias", "tie_weights"):
             if not isinstance(getattr(self, name), bool):
                 raise UserError(f"{name} 必须是 True 或 False，收到 {getattr(self, name)!r}")
         for name, lo in (("norm_eps", 0.0), ("rope_base", 1.0), ("init_std", 0.0)):
             v = getattr(self, name)
-            if not _is_real(v) or not math.isfinite(v) or not v > lo:
+            if not is_real(v) or not math.isfinite(v) or not v > lo:
                 raise UserError(f"{name} 必须是 > {lo:g} 的有限数，收到 {v!r}")
 
     @property
@@ -100,7 +96,8 @@ _DESIGNS = {
     "teacher": dict(vocab_size=6436, block_size=128, n_layer=4, n_head=4, n_embd=256,
                     pos="rope", norm="rmsnorm", mlp="swiglu", bias=False,
                     dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),
-    # GPT-2 small 的布局：50,257 词表、12 层 12 头、C=768、分开的 q/k/v
+    # GPT-2 small 的形状：50,257 词表、12 层 12 头、C=768、分开的 q/k/v（只比规模与速度；
+    # 课程里没有载入 OpenAI 权重的代码）
     "gpt2": dict(vocab_size=50257, block_size=1024, n_layer=12, n_head=12, n_embd=768,
                  qkv="separate", gelu_approx="tanh",
                  dropout=0.1, attn_dropout=0.1, resid_dropout=0.1),

@@ -9,6 +9,11 @@
 from __future__ import annotations
 
 
+def is_real(v) -> bool:
+    """参数检查用：int 或 float（不含 bool），且不是 NaN。"""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
 class UserError(ValueError):
     """用户输入有误：信息是一句中文，说清是哪个参数、收到了什么、应该是什么。"""
 

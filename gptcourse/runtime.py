@@ -1,4 +1,4 @@
-"""运行环境：随机种子、设备、快速模式与路径（最底层：不导入 gptcourse 的任何模块）。"""
+"""运行环境：随机种子、设备、快速模式与路径（最底层：只导入 errors）。"""
 from __future__ import annotations
 
 import os

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, fields
 
 import torch
 
-from .errors import UserError
+from .errors import UserError, is_real
 
 NEG_INF = float("-inf")
 GREEDY_BELOW = 1e-6              # 比它还小的正温度按贪心（τ → 0 的极限）处理
@@ -31,16 +31,16 @@ MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
 # ---------------------------------------------------------------- 参数检查
 def check_sampling_args(temperature=1.0, top_k=None, top_p=None, repetition_penalty=1.0) -> None:
     """不合法的采样参数 → ValueError（说明哪个参数、收到了什么、应该是什么）。"""
-    if not _is_real(temperature) or not 0 <= temperature < float("inf"):
+    if not is_real(temperature) or not 0 <= temperature < float("inf"):
         raise UserError(f"temperature 必须是 ≥ 0 的有限数（0 = 贪心），收到 {temperature!r}")
     if temperature > MAX_TEMPERATURE:
         raise UserError(f"temperature 最大为 {MAX_TEMPERATURE:g}（更大时分布已几乎均匀），"
                          f"收到 {temperature!r}")
     if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
         raise UserError(f"top_k 必须是 ≥ 1 的整数或 None，收到 {top_k!r}")
-    if top_p is not None and (not _is_real(top_p) or not 0 < top_p <= 1):
+    if top_p is not None and (not is_real(top_p) or not 0 < top_p <= 1):
         raise UserError(f"top_p 必须在 (0, 1] 之内或为 None，收到 {top_p!r}")
-    if not _is_real(repetition_penalty) \
+    if not is_real(repetition_penalty) \
             or not MIN_REPETITION_PENALTY <= repetition_penalty <= MAX_REPETITION_PENALTY:
         raise UserError(f"repetition_penalty 必须在 [{MIN_REPETITION_PENALTY:g}, "
                          f"{MAX_REPETITION_PENALTY:g}] 之内（1 = 不惩罚），"
@@ -76,11 +76,6 @@ class SamplingParams:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def _is_real(v) -> bool:
-    """int 或 float（不含 bool），且不是 NaN。"""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
 
 
 # ---------------------------------------------------------------- 采样器：logits [..., V] 进出

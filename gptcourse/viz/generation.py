@@ -41,7 +41,8 @@ def token_bars(probs, tok, k: int = 15, ax=None, title: str = "下一个字的�
     order = np.argsort(-probs, kind="stable")[:k]
     if ax is None:
         _, ax = plt.subplots(figsize=(6.4, 3.2))
-    names = [repr(tok.itos[i]) if tok.itos[i] in "\n " else tok.itos[i] for i in order]
+    pieces = [tok.piece(int(i)) for i in order]                 # 分词器协议：字和 BPE 词元都行
+    names = [repr(p) if p in ("\n", " ") else p for p in pieces]
     colors = ["C0" if kept is None or bool(kept[i]) else "lightgray" for i in order]
     ax.bar(range(len(order)), probs[order], color=colors)
     ax.set_xticks(range(len(order)), names)
