@@ -14,7 +14,7 @@
     L0 runtime errors config                       基础：种子、设备、路径、错误类型、配置
     L1 verse titles tokenizer bpe data titled      文字与数据
     L2 rope model                                  模型
-    L3 precision distributed train checkpoint      训练与存储
+    L3 precision distributed objectives train checkpoint   训练与存储
     L4 sampling constraints generate evaluate acceptance quantize rhyme_probe   推理与评估
     L5 release                                     发布设置
     L6 serve/                                      网页演示
@@ -41,7 +41,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "L0": ("runtime", "errors", "config"),
     "L1": ("verse", "titles", "tokenizer", "bpe", "data", "titled"),
     "L2": ("rope", "model"),
-    "L3": ("precision", "distributed", "train", "checkpoint"),
+    "L3": ("precision", "distributed", "objectives", "train", "checkpoint"),
     "L4": ("sampling", "constraints", "generate", "evaluate", "acceptance", "quantize",
            "rhyme_probe"),
     "L5": ("release",),
@@ -58,9 +58,9 @@ MODULES = (*(m for layer, names in LAYERS.items() if layer not in ("L7", "X") fo
 
 if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
     from . import (acceptance, bench, bpe, check, checkpoint, config, constraints, data,
-                   distributed, errors, evaluate, generate, mistakes, model, precision, quantize,
-                   release, rhyme_probe, rope, runtime, sampling, serve, titled, titles, tokenizer,
-                   train, verse, viz, walkthrough)
+                   distributed, errors, evaluate, generate, mistakes, model, objectives, precision,
+                   quantize, release, rhyme_probe, rope, runtime, sampling, serve, titled, titles,
+                   tokenizer, train, verse, viz, walkthrough)
 
 
 @dataclass(frozen=True)
