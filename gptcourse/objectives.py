@@ -23,7 +23,7 @@ from torch import nn
 from . import verse
 from .errors import UserError
 from .model import GPT, lm_loss
-from .titled import CLOSE, OPEN
+from .titles import CLOSE, OPEN
 
 PING_GROUPS = verse.group_names(verse.PING)        # 30 个平声韵部（表中顺序）
 TONE_CLASSES = (verse.PING, verse.ZE)
