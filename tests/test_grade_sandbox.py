@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import socket
 import sys
 import tempfile
@@ -199,6 +200,39 @@ def count_pairs(ids):
     raise NotImplementedError("还没完成")"""
 
 
+# 评审 H2 的四个伪造办法（classroom.md §3 的 蒋六、沈七、韩八、卫五），什么题都没做
+FORGE_PIPE = """\
+import json, os, sys
+for n in ("count_pairs", "merge_pair"):
+    line = {"exercise": n, "passed": True, "status": "正确", "message": "正确"}
+    os.write(int(sys.argv[-1]), (json.dumps(line, ensure_ascii=False) + "\\n").encode())
+os.write(int(sys.argv[-1]), b"DONE\\n")
+os._exit(0)"""
+FORGE_FRAMES = """\
+import sys
+f = sys._getframe()
+while f is not None:
+    judge = f.f_locals.get("self")
+    if hasattr(judge, "checkers"):
+        for k in list(judge.checkers):
+            judge.checkers[k] = lambda *a, **kw: True
+    f = f.f_back"""
+FORGE_LEN = """\
+def len(x):
+    import gc as _gc
+    for o in _gc.get_objects():
+        if type(o).__name__ == "_Judge":
+            for k in list(o.checkers):
+                o.checkers[k] = lambda *a, **kw: True
+    return 0
+
+
+_ = len(0)"""
+FORGE_PATCH_RECORD = """\
+import gptcourse.check._common as _c
+_c._record = lambda *a, **kw: True"""
+
+
 def _body_forge(code: str) -> str:
     """把伪造的语句放进第 1 题的函数体：检查器调用它时执行（之后照样是存根）。"""
     return ("def count_pairs(ids):\n" + textwrap.indent(code, "    ")
@@ -252,7 +286,9 @@ def hostile_class(tmp_path_factory):
     forged = {"A13cell": ("extra", FORGE_RECORD), "A13top": ("top", FORGE_RECORD),
               "A13body": ("body", FORGE_RECORD), "A14cell": ("extra", FORGE_REPLACE),
               "A14body": ("body", FORGE_REPLACE), "A15cell": ("extra", FORGE_MARKER),
-              "A15chan": ("chan", FORGE_CHANNEL)}
+              "A15chan": ("chan", FORGE_CHANNEL), "H2pipe": ("body", FORGE_PIPE),
+              "H2frames": ("body", FORGE_FRAMES), "H2len": ("chan", FORGE_LEN),
+              "H2record": ("body", FORGE_PATCH_RECORD)}
     for i, (case, (where, code)) in enumerate(forged.items()):
         nb = student_notebook(teacher_nb())
         if where == "extra":
@@ -269,13 +305,15 @@ def hostile_class(tmp_path_factory):
         nbformat.write(nb, d / f"{name}.ipynb")
     before_files = {p.name: p.read_bytes() for p in d.iterdir()}
     before_repo = _tree_digest(ROOT)
-    scratch = tmp_path_factory.mktemp("scratch")                 # 裁判的临时目录都在这里
+    # 裁判的临时目录都放在这里（与作业目录不同级：它的上级在沙箱里是私有 /tmp 里新建的目录）
+    scratch = Path(tempfile.mkdtemp(prefix=f"gptcourse-test-{os.getpid()}-"))
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(tempfile, "tempdir", str(scratch))
         rc = main(["grade", *(str(d / f"{n}.ipynb") for n in subs), "--reference", str(ref),
                    "--json", str(d.parent / "g.json"), "--jobs", "2",
                    "--timeout", str(TIMEOUT), "--cell-timeout", str(CELL_TIMEOUT)])
     listener.close()
+    shutil.rmtree(scratch, ignore_errors=True)
     assert rc == 0
     data = json.loads((d.parent / "g.json").read_text(encoding="utf-8"))
     by = {r["name"]: r for r in data}
@@ -306,16 +344,37 @@ def test_killing_the_grader_only_zeroes_that_submission(hostile_class):
     assert hostile_class["by"]["全对"]["score"] == 2          # 评分进程活着，别人的成绩都在
 
 
-@pytest.mark.parametrize("case", ["A13cell", "A13top", "A13body", "A14cell", "A14body",
-                                  "A15cell", "A15chan"])
+@pytest.mark.parametrize("case", ["A13cell", "A13top", "A13body", "A14cell", "A15cell"])
 def test_forged_submissions_score_zero(hostile_class, case):
     r = hostile_class["by"][case]
     assert r["score"] == 0, r
     assert not any("root:" in e["message"] for e in r["exercises"])
-    if case != "A15chan":
-        assert {e["status"] for e in r["exercises"]} == {"未作答"}
-    else:
-        assert "疑似伪造" in r["error"]
+    assert {e["status"] for e in r["exercises"]} == {"未作答"}
+
+
+@pytest.mark.parametrize("case", ["A15chan", "H2pipe"])
+def test_lines_forged_on_the_judges_pipe_zero_the_submission(hostile_class, case):
+    """写进裁判管道的行没有裁判的签名：整份作业 0 分，备注说疑似伪造（以前 蒋六 20/20）。"""
+    r = hostile_class["by"][case]
+    assert r["score"] == 0 and "疑似伪造" in r["error"], r
+
+
+@pytest.mark.parametrize("case", ["A14body", "H2frames", "H2record"])
+def test_tampering_during_a_check_zeroes_that_exercise_with_a_note(hostile_class, case):
+    """检查中途改检查器模块（A14）、沿调用栈换掉裁判的检查器（沈七，以前 20/20）、改
+    ``_common._record``（卫五，以前存根也得 ✓）：那一题 0 分并留下备注，下一题照常用真的检查器。"""
+    r = hostile_class["by"][case]
+    assert r["score"] == 0, r
+    status = {e["exercise"]: e["status"] for e in r["exercises"]}
+    assert status == {"count_pairs": "出错", "merge_pair": "未作答"}, r
+    assert any("疑似伪造" in n for n in r["notes"]), r["notes"]
+
+
+def test_shadowing_a_builtin_runs_nothing_at_definition_time(hostile_class):
+    """``def len(x): …`` 加 ``_ = len(0)``（韩八，以前 18/20）：这个定义被拒绝，备注说明。"""
+    r = hostile_class["by"]["H2len"]
+    assert r["score"] == 0, r
+    assert any("不能用 len 这个名字" in n for n in r["notes"]), r["notes"]
 
 
 def test_honest_classmates_are_unaffected(hostile_class):

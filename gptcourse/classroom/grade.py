@@ -119,8 +119,8 @@ def reference_path(chapter: str, reference: Path | None = None) -> Path:
     return found[0]
 
 
-def _check_call(source: str, where: str) -> tuple[str, str, list[str]]:
-    """教师版的检查单元格 ``gc.check.nbXX.name(参数…)`` → (nbXX, name, 参数源代码)。"""
+def _check_call(source: str, where: str) -> tuple[str, str, list[str], dict[str, str]]:
+    """教师版的检查单元格 ``gc.check.nbXX.name(参数…)`` → (nbXX, name, 参数源代码, 关键字参数源代码)。"""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -129,11 +129,15 @@ def _check_call(source: str, where: str) -> tuple[str, str, list[str]]:
         else None
     parts = ast.unparse(call.func).split(".") if isinstance(call, ast.Call) else []
     if len(parts) < 3 or parts[-3] != "check" or not re.fullmatch(r"nb0[1-5]", parts[-2]) \
-            or call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+            or any(k.arg is None for k in call.keywords) \
+            or any(isinstance(a, ast.Starred) for a in call.args):
         raise GradingError(f"{where}：检查单元格应当只有一行 gc.check.nbXX.<练习>(参数…)，"
                            f"收到 {source.strip()[:80]!r}")
-    return parts[-2], parts[-1], [ast.get_source_segment(source, a) or ast.unparse(a)
-                                  for a in call.args]
+
+    def text(node: ast.AST) -> str:
+        return ast.get_source_segment(source, node) or ast.unparse(node)
+    return parts[-2], parts[-1], [text(a) for a in call.args], \
+        {k.arg: text(k.value) for k in call.keywords}
 
 
 def _gid(cell) -> str:
@@ -170,10 +174,16 @@ def validate_reference(reference: nbformat.NotebookNode, where: str = "教师版
                                f"{_gid(c).removesuffix('-check')}")
 
 
-def _student_cells(submission: nbformat.NotebookNode,
-                   base: nbformat.NotebookNode) -> list[tuple[str | None, str]]:
-    """作业里学生自己写的（新加的或改过的）非练习代码单元格 → [(它前面最近的练习 grade_id, 源代码)]。"""
-    known = {c.source for c in base.cells if c.cell_type == "code"}
+def _known_sources(*notebooks: nbformat.NotebookNode) -> set[str]:
+    return {c.get("source", "") for nb in notebooks for c in nb.cells
+            if c.get("cell_type") == "code"}
+
+
+def _student_cells(submission: nbformat.NotebookNode, base: nbformat.NotebookNode,
+                   reference: nbformat.NotebookNode) -> list[tuple[str | None, str]]:
+    """作业里学生自己写的（新加的或改过的）非练习代码单元格 → [(它前面最近的练习 grade_id, 源代码)]。
+    与学生版或教师版里某一格一字不差的单元格不算学生写的。"""
+    known = _known_sources(base, reference)
     found, last = [], None
     for c in submission.cells:
         if c.get("cell_type") != "code":
@@ -209,7 +219,7 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
             answers.setdefault(_gid(c), c.get("source", ""))
     base = student_notebook(reference)
     extra: dict[str | None, list[str]] = {}
-    for after, source in _student_cells(submission, base):
+    for after, source in _student_cells(submission, base, reference):
         extra.setdefault(after if after in answers else None, []).append(source)
     checks = {GRADE_ID.match(_gid(c)).group(2): c for c in base.cells if _is_check(c)}
     cells, notes, dropped_extra = [], [], 0
@@ -229,11 +239,11 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
             continue
         g = _gid(c)
         if _is_check(c):
-            module, checker, args = _check_call(c.source, f"{where}第 {i} 格（{g}）")
+            module, checker, args, kwargs = _check_call(c.source, f"{where}第 {i} 格（{g}）")
             ex = _exercise_for(chapter, checker)
             if all(x.get("exercise") != ex or x["kind"] != "check" for x in cells):
                 cells.append({"kind": "check", "exercise": ex, "module": module,
-                              "checker": checker, "args": args})          # 每题只判一次
+                              "checker": checker, "args": args, "kwargs": kwargs})  # 每题只判一次
         elif _is_solution(c):
             if None in extra:
                 add_extra(None)

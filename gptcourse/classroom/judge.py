@@ -247,6 +247,23 @@ class _Judge:
         sys.path[:], sys.meta_path[:], sys.path_hooks[:] = path, meta, hooks
         sys.path_importer_cache.clear()
 
+    def tampered(self) -> list[str]:
+        """学生代码运行时改绑了检查器模块或 builtins 里的哪些名字（新导入的子模块、warnings 的
+        登记表不算）。"""
+        import types
+        found = []
+        for module, saved in self.snapshot:
+            d = vars(module)
+            for key, value in d.items():
+                if key in saved and saved[key] is value:
+                    continue
+                if key not in saved and (isinstance(value, types.ModuleType)
+                                         or key == "__warningregistry__"):   # warnings 自己加的
+                    continue
+                found.append(f"{module.__name__}.{key}")
+            found += [f"{module.__name__}.{k}" for k in saved if k not in d]
+        return found
+
     def emit(self, exercise: str, passed: bool, status: str, message: str) -> None:
         self._write(json.dumps({"exercise": exercise, "passed": passed, "status": status,
                                 "message": message}, ensure_ascii=False))
@@ -337,12 +354,15 @@ class _Judge:
         if ex in self.broken:
             return self.emit(ex, False, "出错", self.broken[ex])
         self.restore()
+        self.checkers = dict(self._checkers)          # 前面的学生代码换掉的检查器不作数
         self.results.pop(cell["checker"], None)
         self.tripped = None
         start = time.monotonic()
         try:
             args = [eval(compile(a, "<检查参数>", "eval"), self.ns) for a in cell["args"]]
-            passed = self.timed(self.checkers[ex], *args) is True
+            kwargs = {k: eval(compile(a, "<检查参数>", "eval"), self.ns)
+                      for k, a in cell.get("kwargs", {}).items()}
+            passed = self.timed(lambda: self.checkers[ex](*args, **kwargs)) is True
         except CellTimeout as e:
             self.stop(self.culprit(e) or ex, round(time.monotonic() - start))
             return self.emit(ex, False, "超时", self.stuck.get(ex, "超时"))
@@ -350,11 +370,14 @@ class _Judge:
             return self.emit(ex, False, "出错", f"出错：检查要用的名字 {e.name} 不存在")
         except BaseException as e:  # noqa: BLE001
             return self.emit(ex, False, "出错", f"出错：{type(e).__name__}")
+        changed = self.tampered()
         self.restore()
-        if tuple(sorted(self.checkers.items())) != self._checkers or \
+        if changed or tuple(sorted(self.checkers.items())) != self._checkers or \
                 self.common.RESULTS is not self.results:
-            self.note(f"练习 {ex}：检查时评分用的对象被改动了（疑似伪造成绩），这一题记 0 分")
-            return self.emit(ex, False, "出错", "出错：检查时评分用的对象被改动了（疑似伪造成绩）")
+            what = "、".join(changed[:3]) or "裁判的检查器"
+            self.note(f"练习 {ex}：检查时你的代码改动了评分用的对象（{what}），疑似伪造成绩，"
+                      "这一题记 0 分")
+            return self.emit(ex, False, "出错", "出错：检查时改动了评分用的对象（疑似伪造成绩）")
         if not passed and self.tripped:
             return self.emit(ex, False, "超时", f"超时：依赖的练习 {self.tripped} 超时"
                              "（它被中断后停用了）")
