@@ -48,7 +48,8 @@ def test_every_check_of_the_teacher_edition_has_its_answer_cell(num):
 
 @pytest.mark.parametrize("gid", ["nb04-slow-token-losses", "nb05-top-p", "nb05-kv-cache-bytes"])
 def test_an_answer_cell_without_nbgrader_metadata_is_refused(gid):
-    """去掉答案单元格的 nbgrader 元数据（H1 的原样）：build_spec 报 GradingError，不再悄悄用存根。"""
+    """去掉答案单元格的 nbgrader 元数据（H1 的原样）：build_spec 报 GradingError，
+    不再悄悄用存根。"""
     nb = nbformat.read(CHAPTERS[gid[2:4]], as_version=4)
     broken = copy.deepcopy(nb)
     cell = next(c for c in broken.cells
@@ -87,7 +88,8 @@ def test_each_teacher_edition_scores_full_marks_and_each_student_edition_zero(tm
         nb = nbformat.read(path, as_version=4)
         nbformat.write(nb, tmp_path / f"20240{num}_教师{num}.ipynb")
         nbformat.write(student_notebook(nb), tmp_path / f"20249{num}_学生{num}.ipynb")
-        paths += [tmp_path / f"20240{num}_教师{num}.ipynb", tmp_path / f"20249{num}_学生{num}.ipynb"]
+        paths += [tmp_path / f"20240{num}_教师{num}.ipynb",
+                  tmp_path / f"20249{num}_学生{num}.ipynb"]
     assert main(["grade", *map(str, paths), "--json", str(tmp_path / "g.json"),
                  "--jobs", "2"]) == 0
     rows = {r["student"]: r for r in json.loads((tmp_path / "g.json").read_text("utf-8"))}
@@ -100,3 +102,24 @@ def test_each_teacher_edition_scores_full_marks_and_each_student_edition_zero(tm
         assert teacher["score"] == teacher["total"] == len(names)
         assert student["score"] == 0 and student["total"] == len(names)
         assert {e["status"] for e in student["exercises"]} == {"未作答"}
+
+
+def test_the_guides_points_table_comes_from_exercises():
+    """教师指南“作业与分值”的表与五章的 EXERCISES 一致（以前 04、05 各少两三题）。"""
+    from gptcourse.classroom.gradebook import points_table
+    from gptcourse.runtime import ROOT
+    guide = (ROOT / "docs" / "teaching_guide.md").read_text(encoding="utf-8")
+    table = points_table()
+    assert table in guide
+    assert "| 04 |" in table and "slow_token_losses" in table and "| 21 |" in table
+    assert "top_p" in table and "kv_cache_bytes" in table and "| 22 |" in table
+
+
+def test_the_answer_handout_has_every_exercise():
+    """答案讲义（handout）每章的练习数 = 检查单元格数（以前少了同样的三道题）。"""
+    from gptcourse.classroom.slides import exercises
+    for num, path in CHAPTERS.items():
+        nb = nbformat.read(path, as_version=4)
+        found = {e["id"] for e in exercises(nb)}
+        checks = {g.removesuffix("-check") for g in _check_ids(nb)}
+        assert checks <= found, (num, checks - found)

@@ -27,7 +27,7 @@ from gptcourse.classroom.student import student_notebook
 from gptcourse.runtime import ROOT
 
 WHY = sandbox.probe()
-MARKER = f"4711{os.getpid()}"                    # 恶意作业留下的子进程：sleep 4711<pid>（本次测试独有）
+MARKER = f"4711{os.getpid()}"              # 恶意作业留下的子进程：sleep 4711<pid>（本测试独有）
 TIMEOUT, CELL_TIMEOUT = 20, 6
 
 pytestmark = pytest.mark.slow
@@ -397,7 +397,8 @@ def test_no_process_left_behind(hostile_class):
     """只看本测试自己启动的进程（别的会话可能同时在评分）：恶意作业留下的 30 个 sleep 和每个
     裁判都随沙箱消失；也没有一份作业因为别人超时而被拖成“超时”。"""
     assert _survivors(hostile_class["scratch"]) == []
-    slow = [n for n, r in hostile_class["by"].items() if (r["error"] or "").startswith("整份作业超过")]
+    slow = [n for n, r in hostile_class["by"].items()
+            if (r["error"] or "").startswith("整份作业超过")]
     assert slow == ["A03"]
 
 

@@ -5,12 +5,15 @@
 1. 认出章节（评分单元格的 ``nbgrader.grade_id`` = ``nbXX-<练习>-check``，或文件名里的 01…05），
    找到这一章的教师版（默认 ``notebooks/0N_*.ipynb``，可用 ``reference`` 换成老师自己的版本）；
 2. 拼出要执行的笔记本：教师版的学生版（演示、检查单元格都取自教师版），其中每个练习单元格换成
-   作业里 ``grade_id`` 相同的单元格，而且只取其中的定义（``judge.sanitize``）；作业里删掉的练习
-   保留存根（计“未作答”），学生另加的单元格不执行；
-3. 在沙箱（``sandbox.py``）里运行 ``judge.py``：它自己调用检查器，每判完一题就往一个管道里写一行；
-   一个单元格超过 ``cell_timeout`` 秒就中断，超时的练习只计一次（它定义的函数随即停用）；整份
-   作业超过 ``timeout`` 秒就杀掉整个沙箱，没判到的题计“超时”；
-4. 评分进程核对管道里的每一行（练习名、顺序、不重复）；出现不是裁判写的内容，整份作业记 0 分。
+   作业里 ``grade_id`` 相同的单元格，学生另加（或改过）的代码单元格放在它前面最近的练习之后；
+   两者都只取其中的定义（``judge.sanitize``，改绑内置函数的定义被拒绝）；作业里删掉的练习保留
+   存根（计“未作答”）；一个字没写的作业不运行，每题“未作答”；
+3. 在沙箱（``sandbox.py``）里运行 ``judge.py``：它自己调用检查器，每判完一题就往一个管道里写一行
+   （带签名，密钥只经 spec 文件交给裁判）；学生的代码累计运行超过 ``cell_timeout`` 秒就中断，
+   超时的练习只计一次（它定义的函数随即停用）；整份作业超过 ``timeout`` 秒就杀掉整个沙箱，
+   没判到的题计“超时”；演示单元格出错、检查中途改动了评分用的对象，都作为说明写进备注；
+4. 评分进程核对管道里的每一行（签名、练习名、顺序、不重复）；出现不是裁判写的内容，整份作业
+   记 0 分。
 
 ``grade`` 用 ``jobs`` 个线程同时评多份作业（每份一个沙箱），每评完一份就回调 ``on_result``，
 所以评分中途被杀也不会丢掉已经评完的成绩。成绩表、CSV 与权重见 ``gradebook.py``。
@@ -120,7 +123,8 @@ def reference_path(chapter: str, reference: Path | None = None) -> Path:
 
 
 def _check_call(source: str, where: str) -> tuple[str, str, list[str], dict[str, str]]:
-    """教师版的检查单元格 ``gc.check.nbXX.name(参数…)`` → (nbXX, name, 参数源代码, 关键字参数源代码)。"""
+    """教师版的检查单元格 ``gc.check.nbXX.name(参数…)``
+    → (nbXX, name, 参数的源代码, 关键字参数的源代码)。"""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -181,7 +185,8 @@ def _known_sources(*notebooks: nbformat.NotebookNode) -> set[str]:
 
 def _student_cells(submission: nbformat.NotebookNode, base: nbformat.NotebookNode,
                    reference: nbformat.NotebookNode) -> list[tuple[str | None, str]]:
-    """作业里学生自己写的（新加的或改过的）非练习代码单元格 → [(它前面最近的练习 grade_id, 源代码)]。
+    """作业里学生自己写的（新加的或改过的）非练习代码单元格
+    → [(它前面最近的练习 grade_id, 源代码)]。
     与学生版或教师版里某一格一字不差的单元格不算学生写的。"""
     known = _known_sources(base, reference)
     found, last = [], None

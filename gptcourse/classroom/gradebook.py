@@ -107,6 +107,20 @@ def weight(chapter: str, name: str, weights: Weights | None = None) -> float:
     return weights.get("kinds", {}).get(kind, KIND_WEIGHTS[kind])
 
 
+def points_table() -> str:
+    """教师指南里“作业与分值”的表：五章 ``EXERCISES`` 按种类分列，满分按默认分值算。"""
+    from .grade import exercise_names
+    rows = ["| 章 | 编程题（2 分） | 预测题（1 分） | 满分 |", "|---|---|---|---:|"]
+    for num in range(1, 6):
+        chapter = f"nb0{num}"
+        names = exercise_names(chapter)
+        build = [n for n in names if exercise_kind(chapter, n) == "build"]
+        predict = [n for n in names if exercise_kind(chapter, n) != "build"]
+        total = sum(weight(chapter, n) for n in names)
+        rows.append(f"| 0{num} | {'、'.join(build)} | {'、'.join(predict)} | {total:g} |")
+    return "\n".join(rows)
+
+
 def scored(sub: Submission, weights: Weights | None = None) -> list[dict]:
     """作业的每道题加上分值 weight 与得分 points。"""
     return [{**e, "weight": (w := weight(sub.chapter, e["exercise"], weights)),
