@@ -122,7 +122,8 @@ def graded(tmp_path_factory):
     paths = sorted(str(p) for p in d.glob("*.ipynb"))
     rc = main(["grade", *paths, "--reference", str(ref), "--json", str(d / "g.json"),
                "--csv", str(d / "g.csv"), "--long-csv", str(d / "long.csv"),
-               "--timeout", "120", "--cell-timeout", str(CELL_TIMEOUT), "--jobs", "2"])
+               "--timeout", "120", "--cell-timeout", str(CELL_TIMEOUT), "--jobs", "2",
+               "--feedback", str(d / "反馈")])
     assert rc == 0
     data = json.loads((d / "g.json").read_text(encoding="utf-8"))
     return {r["student"]: r for r in data}, d
@@ -144,6 +145,7 @@ def test_grading_statuses_are_distinct(graded):
     assert msg["count_pairs"].startswith("还没完成")
     assert subs["2024001"]["exercises"][0] == {"exercise": "count_pairs", "passed": True,
                                                "status": "正确", "message": "正确",
+                                               "judged": "in-process",
                                                "weight": 2.0, "points": 2.0}
     wrong = {e["exercise"]: e["message"] for e in subs["2024004"]["exercises"]}
     assert "期望结果" in wrong["count_pairs"]
@@ -177,8 +179,25 @@ def test_gradebook_csv_one_row_per_student_with_totals(graded):
     assert body["2024006"][1:3] == ["", ""] and "读不了" in body["2024006"][-1]
     long = list(csv.reader(io.StringIO((d / "long.csv").read_text(encoding="utf-8-sig"))))
     assert long[0][:6] == ["学号", "姓名", "笔记本", "章节", "练习", "结果"]
+    assert long[0][-1] == "判决" and {r[-1] for r in long[1:] if r[4]} == {"同进程", "未运行"}
     assert len(long) == 1 + 5 * 2 + 1
     assert all("\n" not in c for r in long for c in r)
+
+
+def test_feedback_pages_one_per_student(graded):
+    """--feedback：每份作业一页 HTML，列出每道题的结果、得分与检查器的说明（转义过）。"""
+    _, d = graded
+    pages = sorted(p.name for p in (d / "反馈").glob("*.html"))
+    assert pages == ["2024001_张三_nb01.html", "2024002_李四_nb01.html",
+                     "2024003_欧阳小明_nb01.html", "2024004_Ann_nb01.html",
+                     "2024005_赵六_nb01.html", "2024006_坏文件_未知.html"]
+    full = (d / "反馈" / "2024001_张三_nb01.html").read_text(encoding="utf-8")
+    assert "得分 <b>4 / 4</b>" in full and full.count("✓ 正确") == 2
+    wrong = (d / "反馈" / "2024004_Ann_nb01.html").read_text(encoding="utf-8")
+    assert "✗ 答案不对" in wrong and "期望结果：" in wrong
+    assert "<pre>还不对：" in wrong and "judge_log" not in wrong
+    broken = (d / "反馈" / "2024006_坏文件_未知.html").read_text(encoding="utf-8")
+    assert "<h2>备注</h2>" in broken and "读不了这个笔记本" in broken
 
 
 def test_printed_table_is_aligned_by_display_width(graded, capsys):

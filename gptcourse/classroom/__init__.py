@@ -1,7 +1,7 @@
 """课堂工具：学生版笔记本、全班自动评分、把课程渲染成静态网站。
 
     python -m gptcourse.classroom student --out DIR          # 教师版 → 学生版（去掉答案与输出）
-    python -m gptcourse.classroom grade NB... [--csv F] [--jobs N] [--weights F]  # 沙箱里评分
+    python -m gptcourse.classroom grade NB... [--csv F] [--jobs N] [--weights F] [--feedback DIR]
     python -m gptcourse.classroom site --out DIR             # 五个笔记本（含提交的输出）→ 静态网站
 
 练习的标记沿用 nbgrader 的格式（答案夹在 ``### BEGIN SOLUTION`` / ``### END SOLUTION`` 之间，

@@ -397,7 +397,8 @@ def grade_one(path: Path, opts: Options | None = None) -> Submission:
                                  where=f"{ref.name} ")
     if is_blank(nb, reference):                   # 一个字也没写：不必运行，每题都是“未作答”
         sub.exercises = [{"exercise": name, "passed": False, "status": "未作答",
-                          "message": "还没完成：练习单元格还是学生版的原样"}
+                          "message": "还没完成：练习单元格还是学生版的原样",
+                          "judged": "not-run"}
                          for name in spec["exercises"]]
         sub.seconds = time.monotonic() - start
         return sub
@@ -411,7 +412,8 @@ def grade_one(path: Path, opts: Options | None = None) -> Submission:
             timed_out = sub.error and sub.error.startswith("整份作业超过")
             v = {"passed": False, "status": "超时" if timed_out else "出错",
                  "message": ("超时：" if timed_out else "出错：") + (sub.error or "没有判到这一题")}
-        sub.exercises.append({"exercise": name, **v})
+        # 判决是在与学生代码同一个进程里得出的（检查器直接调用学生的函数；见 judge.py 的说明）
+        sub.exercises.append({"exercise": name, **v, "judged": "in-process"})
     sub.seconds = time.monotonic() - start
     return sub
 
