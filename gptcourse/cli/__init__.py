@@ -5,7 +5,8 @@
 
 错误的约定按**类型**分：:class:`gptcourse.errors.UserError`（用户输入有误，包括
 ``CheckpointError``、``UnknownCharacterError``、配置与采样参数的错误）→ stderr 上一行中文，
-退出码 2，没有堆栈。其余任何异常都是程序的问题，照常显示堆栈。``--debug`` 总是显示堆栈。
+退出码 2，没有堆栈。Ctrl+C → 一行“已中断”，退出码 130。其余任何异常都是程序的问题，照常显示堆栈。
+``--debug`` 总是显示堆栈。
 """
 from __future__ import annotations
 
@@ -57,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(e).split())            # 保证只有一行
         print(f"错误：{message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:                          # Ctrl+C：一行，不是堆栈；退出码 128 + SIGINT
+        if args.debug:
+            raise
+        print("已中断（Ctrl+C）", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":
