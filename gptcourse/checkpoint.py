@@ -6,7 +6,8 @@
   出错、被 Ctrl+C 或 SIGTERM 打断时删掉临时文件。被 SIGKILL 杀掉留下的临时文件以 "." 开头、
   以 ".tmp" 结尾，不会被当成检查点；下一次往同一目录保存同名检查点时，进程已不在的临时文件会被删掉。
 - **校验和**：保存时记下配置、权重、词表、步数、优化器、随机数状态与 meta（含发布设置）的
-  SHA-256（``sha256`` 字段），读取时**总是按这全部字段**重新计算；对不上 → :class:`CheckpointError`。
+  SHA-256（``sha256`` 字段），读取时**总是按这全部字段**重新计算；对不上 →
+  :class:`CheckpointError`。
   覆盖范围不由文件自己说了算：``sha256_covers`` 不是这全部字段（例如 ``[]`` 或 ``["model"]``）
   的文件一律拒绝。只覆盖权重与优化器的旧格式文件、没有校验和的更旧文件无法确认配置、词表与
   meta 没被改过，默认拒绝；确认它可信之后，``load(..., trust_unverified=True)``（命令行：环境
@@ -249,7 +250,8 @@ def _verify(obj: dict, name: str, trust_unverified: bool) -> None:
         if not isinstance(covers, list | tuple) or \
                 sorted(map(str, covers)) != sorted(CHECKSUM_COVERS):
             raise CheckpointError(
-                f"{name} 的 sha256_covers 是 {covers!r}，不是全部字段（{'、'.join(CHECKSUM_COVERS)}）："
+                f"{name} 的 sha256_covers 是 {covers!r}，不是全部字段"
+                f"（{'、'.join(CHECKSUM_COVERS)}）："
                 "gptcourse 保存的文件总是全部覆盖，这个文件被改过，拒绝读取")
         if "sha256" not in obj:
             raise CheckpointError(f"{name} 有 sha256_covers 却没有 sha256：文件被改过，拒绝读取")
@@ -263,7 +265,8 @@ def _verify(obj: dict, name: str, trust_unverified: bool) -> None:
     what = ("只覆盖权重与优化器的旧格式校验和" if "sha256" in obj else "没有校验和")
     if not trust_unverified:
         raise CheckpointError(
-            f"{name} {what}：无法确认配置、词表与 meta（发布设置）没被改过，默认不读取。确认文件可信后"
+            f"{name} {what}：无法确认配置、词表与 meta（发布设置）没被改过，默认不读取。"
+            "确认文件可信后"
             f"设环境变量 {TRUST_ENV}=1 再读（库里：trust_unverified=True），"
             "或用 gptcourse.checkpoint.upgrade(旧文件, 新文件) 重存为新格式")
     warnings.warn(f"{name} {what}：配置、词表与 meta 不在校验和之内，按你的许可照常读取；"

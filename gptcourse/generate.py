@@ -41,7 +41,7 @@ from .verse import FORMS
 DEFAULT_MAX_NEW_TOKENS = 100
 MAX_NEW_TOKENS_PER_BLOCK = 64     # max_new_tokens 的上限 = 64 × block_size（course：8192）
 CACHE_BUDGET = 256 * 2**20        # 一批的 KV 缓存最多这么多字节：更多的行分批生成
-MAX_SEED = 2**63                  # seed 在 [0, 2⁶³) 之内（torch.Generator 的范围；第 i 行用 seed + i）
+MAX_SEED = 2**63                  # seed 在 [0, 2⁶³) 之内（torch.Generator 的范围）
 
 
 def check_sizes(model, max_new_tokens, seed, n_rows: int = 1) -> None:
@@ -52,10 +52,12 @@ def check_sizes(model, max_new_tokens, seed, n_rows: int = 1) -> None:
     limit = MAX_NEW_TOKENS_PER_BLOCK * model.config.block_size
     if max_new_tokens > limit:
         raise UserError(f"max_new_tokens 最多 {limit}（{MAX_NEW_TOKENS_PER_BLOCK} × block_size "
-                        f"{model.config.block_size}；一首诗不到 100 个词元），收到 {max_new_tokens}")
+                        f"{model.config.block_size}；一首诗不到 100 个词元），"
+                        f"收到 {max_new_tokens}")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
                              or not 0 <= seed <= MAX_SEED - n_rows):
-        raise UserError(f"seed 必须是 [0, 2**63 - {n_rows}] 之内的整数或 None（第 i 首用 seed + i），"
+        raise UserError(f"seed 必须是 [0, 2**63 - {n_rows}] 之内的整数或 None"
+                        "（第 i 首用 seed + i），"
                         f"收到 {seed!r}")
 
 

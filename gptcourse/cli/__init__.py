@@ -41,13 +41,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _one_line_warning(message, category, filename, lineno, line=None) -> str:
-    return f"警告：{' '.join(str(message).split())}\n"        # 命令行上的警告也只占一行
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """命令行上的警告也只占一行：“警告：……”。"""
+    print(f"警告：{' '.join(str(message).split())}", file=file or sys.stderr)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    warnings.formatwarning = _one_line_warning
+    warnings.showwarning = _one_line_warning
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command).parse_args(argv)
     try:
