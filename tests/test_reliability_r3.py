@@ -240,7 +240,7 @@ def test_S1_ctrl_c_during_train_writes_the_best_so_far_and_says_one_line(capsys,
     assert cli.main([*TRAIN, "--steps", "40", "--eval-interval", "2", "--out", str(out)]) == 130
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(
-        f"已中断（Ctrl+C）。已把之前验证损失最好的检查点（第 2 步）写到 {out}："), err
+        f"已中断（Ctrl+C）。已把中断之前验证损失最好的检查点写到 {out}（第 2 步）："), err
     _, _, meta = checkpoint.load(out)
     assert meta["interrupted"] is True and meta["history"]["evals"][-1]["step"] == 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ft.best.pt", "ft.last.pt", "ft.pt"]

@@ -219,8 +219,10 @@ def cli_main(args) -> int:
         checkpoint.save(out, model_best, tok, step=steps,
                         meta={**meta, **summary, "history": history.to_dict()}, half=args.half)
         if failed:
-            print(f"{failed}。已把之前验证损失最好的检查点（第 {written['best']} 步）写到 {out}："
-                  + json.dumps(summary, ensure_ascii=False), file=sys.stderr)
+            when = "发散" if diverged is not None else "中断"
+            print(f"{failed}。已把{when}之前验证损失最好的检查点写到 {out}"
+                  f"（第 {written['best']} 步）：" + json.dumps(summary, ensure_ascii=False),
+                  file=sys.stderr)
         else:
             print("训练完成：" + json.dumps(summary, ensure_ascii=False))
     dist_utils.cleanup()
