@@ -14,7 +14,7 @@
     L0 runtime  errors  config                       基础：种子、设备、路径、错误类型、配置
     L1 verse  tokenizer  bpe  data  titled           文字与数据
     L2 rope  model                                   模型
-    L3 precision  distributed  train  checkpoint     训练与存储
+    L3 precision  distributed  objectives  train  checkpoint   训练与存储
     L4 sampling  constraints  generate  evaluate  acceptance  quantize  rhyme_probe   推理与评估
     L5 release                                       发布设置
     L6 serve/                                        网页演示
@@ -39,7 +39,7 @@ MODULES = (
     "runtime", "errors", "config",
     "verse", "tokenizer", "bpe", "data", "titled",
     "rope", "model",
-    "precision", "distributed", "train", "checkpoint",
+    "precision", "distributed", "objectives", "train", "checkpoint",
     "sampling", "constraints", "generate", "evaluate", "acceptance", "quantize", "rhyme_probe",
     "release", "serve",
     "walkthrough", "viz", "mistakes", "check",
@@ -48,7 +48,8 @@ MODULES = (
 
 if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
     from . import (acceptance, bench, bpe, check, checkpoint, config, constraints, data,
-                   distributed, errors, evaluate, generate, mistakes, model, precision, quantize,
+                   distributed, errors, evaluate, generate, mistakes, model, objectives, precision,
+                   quantize,
                    release, rhyme_probe, rope, runtime, sampling, serve, titled, tokenizer, train,
                    verse, viz, walkthrough)
 

@@ -219,6 +219,12 @@ class Block(nn.Module):
         return x + self.mlp(self.norm2(x))
 
 
+def lm_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """语言模型的损失：logits [B, T, V] 与 targets [B, T] 的交叉熵，−1 的位置不算。"""
+    return F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
+                           ignore_index=-1)
+
+
 class GPT(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -258,6 +264,18 @@ class GPT(nn.Module):
 
         ``last_only=True``（生成时）：输出头只算最后一个位置 → logits [B, 1, V]；输出头约占每个
         位置三分之一的计算，整段重算时其余位置的 logits 用不上。"""
+        if last_only and targets is not None:
+            raise UserError("last_only=True 只用于生成，不能同时计算损失（targets）")
+        h = self.hidden(idx, cache, last_only)                       # [B, T, C]（或 [B, 1, C]）
+        logits = self.lm_head(h)                                     # [B, T, V]（或 [B, 1, V]）
+        loss = lm_loss(logits, targets) if targets is not None else None
+        return logits, loss
+
+    def hidden(self, idx: torch.Tensor, cache: KVCache | None = None,
+               last_only: bool = False) -> torch.Tensor:
+        """idx [B, T] → 最后一层归一化之后的隐藏状态 [B, T, C]（输出头的输入；last_only → [B, 1, C]）。
+
+        训练时的辅助目标（:mod:`gptcourse.objectives`）在它上面接自己的小头。"""
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):
             raise UserError(f"idx 应是 [B, T] 的整数张量，收到 {tuple(idx.shape)} {idx.dtype}")
         B, T = idx.shape
@@ -278,15 +296,8 @@ class GPT(nn.Module):
         if cache is not None:
             cache.advance(T)                                         # 所有层都写完了，缓存前进
         if last_only:
-            if targets is not None:
-                raise UserError("last_only=True 只用于生成，不能同时计算损失（targets）")
             x = x[:, -1:]                                            # [B, 1, C]
-        logits = self.lm_head(self.norm_f(x))                        # [B, T, V]（或 [B, 1, V]）
-        loss = None
-        if targets is not None:
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), targets.reshape(-1),
-                                   ignore_index=-1)
-        return logits, loss
+        return self.norm_f(x)                                        # [B, T, C]
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:

@@ -25,6 +25,7 @@ from . import distributed as dist_utils
 from .data import get_batch
 from .errors import UserError
 from .model import GPT
+from .objectives import Objective, WithObjectives
 from .precision import BF16_MODES, Bf16Weights, resolve_bf16
 
 
@@ -178,26 +179,32 @@ def train_step(model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
 
 def _step(model, optimizer, batches, grad_clip=1.0, amp=None, forward=None,
-          shadow: Bf16Weights | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+          shadow: Bf16Weights | None = None,
+          objectives: tuple[Objective, ...] = ()) -> tuple[torch.Tensor, torch.Tensor]:
     """train_step 的实现，但损失与范数留在设备上（不做主机同步）。
 
     ``shadow``：bf16 权重副本（见 :class:`gptcourse.precision.Bf16Weights`），前向与反向在副本上，
     裁剪与 step 在 model 的 fp32 主权重上。
+    ``objectives``：辅助目标（见 :mod:`gptcourse.objectives`）。这时 ``forward`` 是
+    :class:`~gptcourse.objectives.WithObjectives`，每个微批次是 (x, y, *辅助标签)，返回的损失是
+    各项 [1 + n]（第 0 项是语言模型损失）；反向用的是总损失，裁剪也包括辅助头的参数。
     """
     forward = forward if forward is not None else (shadow.low if shadow else model)
     n, mean_loss = len(batches), 0.0
-    for i, (x, y) in enumerate(batches):
+    for i, (x, y, *aux) in enumerate(batches):
         with dist_utils.no_sync(forward, last=i == n - 1):           # 多进程时只在最后一次同步
             with amp if amp is not None else contextlib.nullcontext():
-                _, loss = forward(x, y)                              # 前向 + 损失
+                parts, loss = forward(x, y, *aux)                    # 前向 + 损失
             if i == 0:
                 optimizer.zero_grad(set_to_none=True)                # 清掉上一步的梯度
             (loss / n).backward()                                    # 除以 n 才等于大批次
-        mean_loss = mean_loss + loss.detach().double() / n          # 与 loss.item() / n 相同
+        logged = parts if objectives else loss.detach()              # 记下的是语言模型损失（与各项）
+        mean_loss = mean_loss + logged.double() / n                  # 与 loss.item() / n 相同
     if shadow is not None:
         shadow.grads_to_master()                                     # bf16 梯度 → fp32 主权重
     max_norm = grad_clip if grad_clip > 0 else float("inf")
-    norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)   # 按全局范数裁剪
+    params = [*model.parameters(), *(p for o in objectives for p in o.parameters())]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)          # 按全局范数裁剪
     optimizer.step()
     if shadow is not None:
         shadow.master_to_low()
@@ -276,7 +283,8 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
           optimizer: torch.optim.Optimizer | None = None, start_step: int = 0,
           history: History | None = None, callbacks=(), on_eval=None,
           stop_step: int | None = None, starts: dict[str, torch.Tensor] | None = None,
-          targets: dict[str, torch.Tensor] | None = None) -> History:
+          targets: dict[str, torch.Tensor] | None = None,
+          objectives: list[Objective] | tuple[Objective, ...] = ()) -> History:
     """训练 model，返回 History。``callbacks`` 里的函数在每次评估后调用：fn(step, model, history)。
 
     ``on_eval(step, val_loss, is_best)`` 用于保存检查点（命令行用它保存 best 与 last）。
@@ -286,21 +294,28 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     ``starts``：{划分名: 窗口起点}，给出时训练批次与评估都只从这些起点取窗口（按诗对齐）。
     ``targets``：{划分名: 目标序列}，−1 的位置不算损失（以题作诗只学正文，
     见 :mod:`gptcourse.titled`）。
+    ``objectives``：训练时的辅助目标（:mod:`gptcourse.objectives`，例如韵部与平仄）：总损失 =
+    语言模型损失 + Σ 权重 × 辅助损失；它们的头放进优化器（给出的 optimizer 里没有时自动加一组），
+    一起裁剪，但不属于 model，训练完就扔掉。每步的 ``loss`` 记语言模型损失，``aux`` 记各辅助损失；
+    评估只算语言模型损失（与不加辅助目标时可比），另记验证集上的 ``aux_<名字>``。
     在 torchrun 下自动用 DistributedDataParallel：每个进程取不同的批次，只有 0 号进程评估与记录。
     损失或梯度范数出现 NaN/inf 时抛出 :class:`TrainingDiverged`（最多晚 log_interval 步发现）。
     """
     device = next(model.parameters()).device
     check_memory(cfg, model.config, device)                       # 分配之前：批次放得下吗
     rank, world = dist_utils.rank(), dist_utils.world_size()
+    objectives = tuple(o.to(device) for o in objectives)
     optimizer = optimizer or make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)
+    _add_heads(optimizer, objectives, cfg.weight_decay)
     history = history if history is not None else History()
     use_bf16, reason = resolve_bf16(cfg.bf16, device)
     shadow = Bf16Weights(model) if use_bf16 and cfg.bf16_mode == "weights" else None
-    if shadow is not None and world > 1:
-        raise UserError("bf16_mode='weights' 还不支持多进程（DDP），请用 'autocast'")
+    if shadow is not None and (world > 1 or objectives):
+        raise UserError("bf16_mode='weights' 还不支持多进程（DDP）和辅助目标，请用 'autocast'")
     amp = torch.autocast(device.type, dtype=torch.bfloat16,
                          enabled=use_bf16 and shadow is None)
-    base = dist_utils.wrap(shadow.low if shadow else model)          # 单进程时就是模块本身
+    with_heads = WithObjectives(model, list(objectives))  # (x, y, *标签) → (各项损失, 总损失)
+    base = dist_utils.wrap(with_heads if objectives else shadow.low if shadow else model)
     forward, compiled = maybe_compile(base, cfg.compile)
     history.info = {"bf16": use_bf16, "bf16_reason": reason,
                     "bf16_mode": cfg.bf16_mode if use_bf16 else None, "compiled": compiled}
@@ -323,11 +338,13 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
         nonlocal t_mark
         if not pending:
             return
-        values = torch.stack([torch.stack([lo, no.double()]) for _, lo, _, no in pending]).tolist()
+        values = torch.stack([torch.cat([lo.reshape(-1), no.double().reshape(1)])
+                              for _, lo, _, no in pending]).tolist()
         tps = tokens_per_step * len(pending) / max(1e-9, time.perf_counter() - t_mark)
-        for (s, _, lr_, _), (lo, no) in zip(pending, values):
+        for (s, _, lr_, _), (lo, *aux, no) in zip(pending, values):
             history.steps.append({"step": s, "loss": lo, "lr": lr_, "grad_norm": no,
-                                  "tokens_per_s": tps})
+                                  "tokens_per_s": tps,
+                                  **({"aux": dict(zip(names, aux))} if names else {})})
             if not (math.isfinite(lo) and math.isfinite(no)):
                 pending.clear()
                 bar.close()
@@ -337,8 +354,11 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
         bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{tps:,.0f}")
         t_mark = time.perf_counter()
 
+    names = [o.name for o in objectives]
     step, stop = start_step, start_step >= end
     model.train()
+    for o in objectives:
+        o.train()
     while not stop:
         if budget_s is None or step < cfg.warmup_steps:
             lr = lr_at(step, cfg.lr, cfg.warmup_steps, total, cfg.min_lr_ratio)
@@ -348,19 +368,20 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
                            cfg.lr, cfg.min_lr_ratio)
         for group in optimizer.param_groups:
             group["lr"] = lr
-        gen = batch_generator(cfg.seed, step, rank)                  # 每个进程、每一步各不相同
-        batches = [get_batch(train_data, cfg.batch_size, T, device, gen,
-                             (starts or {}).get("train"), (targets or {}).get("train"))
-                   for _ in range(cfg.grad_accum)]
+        gens = [batch_generator(cfg.seed, step, rank) for _ in range(1 + len(objectives))]
+        batches = _batches(train_data, "train", gens, cfg.grad_accum, cfg.batch_size, T, device,
+                           starts, targets, objectives)             # 每个进程、每一步各不相同
         try:
-            loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow)
+            loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow,
+                               objectives)
         except Exception as e:                  # 只有编译出的模块第一次运行时才退回普通模式
             if forward is base or step != start_step:
                 raise
             forward, history.info["compiled"] = base, (
                 f"torch.compile 第一步失败（{type(e).__name__}: {str(e)[:200]}），改用普通模式")
             _say(history.info["compiled"])
-            loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow)
+            loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow,
+                               objectives)
         step += 1
         pending.append((step, loss, lr, norm))
         bar.update(1)
@@ -375,6 +396,9 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
         if evaluate:
             losses = estimate_loss(model, splits, cfg.batch_size, T, cfg.eval_batches,
                                    starts=starts, targets=targets)
+            if objectives and val_data is not None:
+                losses |= estimate_objectives(with_heads, val_data, cfg.batch_size,
+                                              cfg.eval_batches, starts=starts, targets=targets)
             history.evals.append({"step": step, **losses,
                                   "elapsed_s": time.perf_counter() - t_start})
             if not all(math.isfinite(v) for v in losses.values()):
@@ -393,3 +417,43 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
             t_mark = time.perf_counter()        # 评估的时间不算进训练吞吐
     bar.close()
     return history
+
+
+def _batches(data, split, gens, n, batch_size, T, device, starts, targets, objectives):
+    """n 个微批次 (x, y, *辅助标签)；gens[0] 取 (x, y)，gens[1:] 是与它同种子的生成器。
+
+    辅助标签用同样的起点再取一次（``get_batch`` 的 targets 换成标签序列），所以和 y 一样错一位：
+    第 t 个位置的标签属于第 t + 1 个字。"""
+    s, out = (starts or {}).get(split), []
+    for _ in range(n):
+        x, y = get_batch(data, batch_size, T, device, gens[0], s, (targets or {}).get(split))
+        aux = [get_batch(data, batch_size, T, device, g, s, o.labels[split])[1]
+               for g, o in zip(gens[1:], objectives)]
+        out.append((x, y, *aux))
+    return out
+
+
+@torch.no_grad()
+def estimate_objectives(with_heads: WithObjectives, val_data: torch.Tensor, batch_size: int,
+                        n_batches: int = 20, seed: int = 1234, starts=None,
+                        targets=None) -> dict[str, float]:
+    """验证集上各辅助目标的平均损失 {"aux_<名字>": …}：eval 模式，与 estimate_loss 同样的窗口。"""
+    was_training = with_heads.training
+    with_heads.eval()
+    objectives = tuple(with_heads.objectives)
+    gens = [torch.Generator().manual_seed(seed) for _ in range(1 + len(objectives))]
+    batches = _batches(val_data, "val", gens, n_batches, batch_size,
+                       with_heads.model.config.block_size, next(with_heads.parameters()).device,
+                       starts, targets, objectives)
+    sums = sum(with_heads(*batch)[0][1:].double() for batch in batches)
+    with_heads.train(was_training)
+    return {f"aux_{o.name}": v / n_batches for o, v in zip(objectives, sums.tolist())}
+
+
+def _add_heads(optimizer, objectives, weight_decay: float) -> None:
+    """把辅助头里还不在优化器中的参数加成一组（矩阵衰减、偏置不衰减，与模型同样的分组规则）。"""
+    known = {id(p) for g in optimizer.param_groups for p in g["params"]}
+    for group in param_groups(torch.nn.ModuleList(objectives), weight_decay):
+        group["params"] = [p for p in group["params"] if id(p) not in known]
+        if group["params"]:
+            optimizer.add_param_group(group)

@@ -13,7 +13,7 @@ LAYERS = {                                   # 顶层名字 → 层号；T（教
     "runtime": 0, "errors": 0, "config": 0,
     "verse": 1, "tokenizer": 1, "bpe": 1, "data": 1, "titled": 1,
     "rope": 2, "model": 2,
-    "precision": 3, "distributed": 3, "train": 3, "checkpoint": 3,
+    "precision": 3, "distributed": 3, "objectives": 3, "train": 3, "checkpoint": 3,
     "sampling": 4, "constraints": 4, "generate": 4, "evaluate": 4, "acceptance": 4, "quantize": 4,
     "rhyme_probe": 4,
     "release": 5, "serve": 6, "cli": 7, "__main__": 7,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .. import checkpoint, titled, verse
+from .. import checkpoint, objectives, titled, verse
 from .. import distributed as dist_utils
 from ..config import MAX_BLOCK_SIZE, preset, preset_names
 from ..data import available_corpora, load_corpus, poem_starts, vocabulary_text
@@ -84,6 +84,11 @@ def cli_arguments(p) -> None:
     p.add_argument("--untitled-every", type=int, default=2, metavar="K",
                    help="--titled 时每 K 首里有一首不带题目（默认 2：一半；0 = 全带题目），"
                         "这样不给题目时模型照样会写")
+    p.add_argument("--aux", default=None, metavar="rhyme,tones",
+                   help="训练时的辅助目标（逗号分开）：rhyme = 在韵脚前一个位置预测韵部，"
+                        "tones = 在讲平仄的位置前预测平/仄；头只在训练时用，不存进检查点")
+    p.add_argument("--aux-weight", type=float, default=1.0,
+                   help="辅助损失的权重 λ：总损失 = 语言模型损失 + λ × Σ 辅助损失（默认 1）")
     p.add_argument("--no-progress", action="store_true")
     # 测试用：每个进程把最终权重的哈希和本进程的损失写进这个目录（检查 DDP 各进程是否一致）
     p.add_argument("--dump-rank-state", default=None, help=argparse.SUPPRESS)
@@ -98,6 +103,9 @@ def cli_main(args) -> int:
         raise UserError(f"需要 lr > 0 的有限数，收到 lr={args.lr}")
     if args.block_size is not None and not 1 <= args.block_size <= MAX_BLOCK_SIZE:
         raise UserError(f"block_size 必须在 [1, {MAX_BLOCK_SIZE}] 之内，收到 {args.block_size}")
+    aux_names = objectives.parse(args.aux)
+    if not (math.isfinite(args.aux_weight) and args.aux_weight > 0):
+        raise UserError(f"--aux-weight 必须是 > 0 的有限数，收到 {args.aux_weight}")
     out = checkpoint.check_writable(args.out)              # 训练之前就确认能写，而不是训练之后
     _refuse_overwriting_init(args.init, out)               # 不覆盖训练的起点
     bf16 = False if args.no_bf16 else (True if args.bf16 else "auto")
@@ -145,6 +153,8 @@ def cli_main(args) -> int:
     if args.windows == "poem":              # 窗口从换行符开始：模型总能看到整首诗的上文
         starts = {name: poem_starts(ids, tok.eos_id, cfg.block_size)
                   for name, ids in (("train", train_ids), ("val", val_ids))}
+    aux = objectives.build(aux_names, {"train": train_ids, "val": val_ids}, tok, cfg.n_embd,
+                           args.aux_weight)            # 只在训练时用的头，不进检查点
     best_path, last_path = out.with_suffix(".best.pt"), out.with_suffix(".last.pt")
     optimizer = make_optimizer(model, tcfg.lr, tcfg.weight_decay, tcfg.betas)
     history = History()
@@ -152,6 +162,7 @@ def cli_main(args) -> int:
     meta = {"corpus": args.corpus, "preset": args.preset, "train_config": asdict(tcfg),
             "bf16": used_bf16, "windows": args.windows, "world_size": dist_utils.world_size(),
             "command": _command(args), "titled": args.titled,
+            **({"aux": aux_names, "aux_weight": args.aux_weight} if aux_names else {}),
             **({"init": {"checkpoint": str(args.init), "step": init_meta.get("step"),
                          "val_loss": init_meta.get("val_loss")}} if args.init else {})}
     if rank == 0:
@@ -188,7 +199,8 @@ def cli_main(args) -> int:
     diverged = interrupted = None
     try:
         history = train(model, train_ids, val_ids, tcfg, optimizer=optimizer, history=history,
-                        on_eval=on_eval, starts=starts, targets=targets, callbacks=[probe])
+                        on_eval=on_eval, starts=starts, targets=targets, callbacks=[probe],
+                        objectives=aux)
     except TrainingDiverged as e:               # 发散：留下发散之前最好的那一版（若有）
         diverged, history = e, e.history
     except KeyboardInterrupt:                   # Ctrl+C：同上，一行说明，退出码 130

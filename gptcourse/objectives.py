@@ -1,0 +1,147 @@
+"""训练时的辅助目标：在最后一层的隐藏状态上接一个小线性头，让模型多学一个它自己归纳不出来的信号。
+
+语言模型的损失只说“下一个字是什么”。押韵要求双数句的末字与 10–16 个字之前的韵脚同属一个平声韵部，
+30 个韵部要从几千个字里自己归纳——三百万个词元里学不出来（``data/checkpoints/README.md``）。
+辅助目标把这个信号直接告诉模型：
+
+- **韵部（rhyme）**：在韵脚的**前一个**位置（下一个字就是韵脚），预测韵脚的平声韵部（30 类）；
+- **平仄（tones）**：在格律固定平仄的位置（每句第 2、4、6 字）的前一个位置，预测下一个字是平还是仄。
+
+标签与 id 序列等长，记在“那个字”的位置上（不是它前一个位置）；取批次时像目标 y 一样错一位取出
+（:func:`gptcourse.train.train` 用同一个随机数生成器取两次），于是第 t 个位置的头预测第 t + 1 个字的
+标签。−1 = 这个位置不算。
+
+这些头只在训练时存在：它们的参数不在模型里，检查点的结构和词表不变，笔记本和网页照旧加载。
+总损失 = 语言模型损失 + Σ weight × 辅助损失；梯度裁剪包括头的参数。
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from . import verse
+from .errors import UserError
+from .model import GPT, lm_loss
+from .titled import CLOSE, OPEN
+
+PING_GROUPS = verse.group_names(verse.PING)        # 30 个平声韵部（表中顺序）
+TONE_CLASSES = (verse.PING, verse.ZE)
+
+
+class Objective(nn.Module):
+    """一个辅助目标：名字、权重、每个划分的标签序列，和一个线性头 C → 类别数。"""
+
+    def __init__(self, name: str, n_embd: int, classes: tuple[str, ...],
+                 labels: dict[str, torch.Tensor], weight: float = 1.0):
+        super().__init__()
+        if not weight > 0:
+            raise UserError(f"辅助目标 {name} 的权重必须 > 0，收到 {weight}")
+        self.name, self.classes, self.weight = name, classes, float(weight)
+        self.labels = labels                                  # {划分名: [N]}，−1 = 不算
+        self.head = nn.Linear(n_embd, len(classes))
+
+    def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        """hidden [B, T, C]，targets [B, T] → 标量。没有一个要算的位置时是 0（而不是 NaN）。"""
+        logits = self.head(hidden).float()                                    # [B, T, K]
+        total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1,
+                                reduction="sum")
+        return total / (targets >= 0).sum().clamp(min=1)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, weight={self.weight}"
+
+
+class WithObjectives(nn.Module):
+    """训练时做前向的模块：(x, y, *辅助标签) → (各项损失 [1 + n]（不求梯度）, 总损失)。"""
+
+    def __init__(self, model: GPT, objectives: list[Objective]):
+        super().__init__()
+        self.model, self.objectives = model, nn.ModuleList(objectives)
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, *aux: torch.Tensor):
+        h = self.model.hidden(x)                                              # [B, T, C]
+        parts = [lm_loss(self.model.lm_head(h), y)]
+        parts += [o.loss(h, t) for o, t in zip(self.objectives, aux)]
+        total = parts[0] + sum(o.weight * p for o, p in zip(self.objectives, parts[1:]))
+        return torch.stack(parts).detach(), total
+
+
+# ---------------------------------------------------------------- 标签
+def _poems(ids: torch.Tensor, tok):
+    """把 id 序列按换行符切开：逐首给出 (正文在 ids 里的起点, 正文文字)；带《题》的诗去掉题目。
+
+    一个字一个词元才能把诗里的下标对回 ids（词表外的字 <unk> 所在的诗跳过）。"""
+    pieces = [tok.decode([i]) for i in range(tok.vocab_size)]
+    chars = [pieces[i] for i in ids.tolist()]
+    start = 0
+    for end in [i for i, c in enumerate(chars) if i and c == "\n"] + [len(chars)]:
+        seg = chars[start:end]
+        if seg and seg[0] == "\n":
+            seg, start = seg[1:], start + 1
+        text = "".join(seg)
+        if len(text) == len(seg):                          # 每个词元正好一个字
+            body = text
+            if text.startswith(OPEN) and CLOSE in text:
+                body = text[text.index(CLOSE) + 1:]
+            yield start + len(text) - len(body), body
+        start = end
+
+
+def rhyme_labels(ids: torch.Tensor, tok) -> torch.Tensor:
+    """与 ids 等长：合乎诗体、押平声韵的诗，韵脚（双数句末字）的位置记它的平声韵部编号，其余 −1。
+
+    >>> tok = __import__("gptcourse").tokenizer.CharTokenizer.from_text("\\n春眠不觉晓，处处闻啼鸟。")
+    >>> rhyme_labels(torch.tensor(tok.encode("\\n白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
+    ...                                     errors="unk")), tok).tolist().count(-1)
+    25
+    """
+    group = {g: i for i, g in enumerate(PING_GROUPS)}
+    out = torch.full((len(ids),), -1, dtype=torch.long)
+    for offset, poem in _poems(ids, tok):
+        a = verse.check_rhyme(poem)
+        if verse.is_valid_form(poem) and a.rhymes and a.group in group:
+            for i in a.positions:
+                out[offset + i] = group[a.group]
+    return out
+
+
+def tone_labels(ids: torch.Tensor, tok) -> torch.Tensor:
+    """与 ids 等长：合乎诗体的诗，每句讲平仄的位置（第 2、4、6 字）记 0 = 平、1 = 仄；
+    可平可仄（“中”）、表外的字和其余位置 −1。"""
+    out = torch.full((len(ids),), -1, dtype=torch.long)
+    for offset, poem in _poems(ids, tok):
+        if not verse.is_valid_form(poem):
+            continue
+        for a, b, _ in verse.line_spans(poem):
+            for p in verse.tone_positions(b - a):
+                t = verse.tone(poem[a + p])
+                if t in TONE_CLASSES:
+                    out[offset + a + p] = TONE_CLASSES.index(t)
+    return out
+
+
+BUILDERS = {"rhyme": (rhyme_labels, PING_GROUPS), "tones": (tone_labels, TONE_CLASSES)}
+
+
+def parse(spec: str | None) -> list[str]:
+    """命令行的 ``--aux rhyme,tones`` → ["rhyme", "tones"]；空 → []。"""
+    names = [s.strip() for s in (spec or "").split(",") if s.strip()]
+    bad = [n for n in names if n not in BUILDERS]
+    if bad or len(set(names)) != len(names):
+        raise UserError(f"--aux 只能是 {'、'.join(BUILDERS)} 中的若干个（逗号分开、不重复），"
+                         f"收到 {spec!r}")
+    return names
+
+
+def build(names: list[str], splits: dict[str, torch.Tensor], tok, n_embd: int,
+          weight: float = 1.0) -> list[Objective]:
+    """按名字建辅助目标：每个划分（{名字: ids}）各算一份标签。"""
+    objectives = []
+    for name in names:
+        if name not in BUILDERS:
+            raise UserError(f"没有叫 {name!r} 的辅助目标；可用：{'、'.join(BUILDERS)}")
+        fn, classes = BUILDERS[name]
+        labels = {split: fn(ids, tok) for split, ids in splits.items()}
+        objectives.append(Objective(name, n_embd, classes, labels, weight))
+    return objectives

@@ -1,0 +1,150 @@
+"""gptcourse.objectives 与 train(objectives=…)：标签落在哪个字上、错一位取出、损失怎么合起来、
+头不进模型、裁剪包括头、命令行 --aux。"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from gptcourse import checkpoint, cli, objectives
+from gptcourse.config import preset
+from gptcourse.model import GPT
+from gptcourse.objectives import (PING_GROUPS, Objective, WithObjectives, rhyme_labels,
+                                  tone_labels)
+from gptcourse.tokenizer import CharTokenizer
+from gptcourse.train import TrainConfig, _batches, batch_generator, train
+
+DENG = "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"          # 平声韵：流、楼（下平十一尤）
+XIAO = "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。"          # 仄韵：没有平声韵部
+TEXT = f"\n{DENG}\n《春晓》{XIAO}\n《登楼》{DENG}\n白日依山\n"
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return CharTokenizer.from_text(TEXT)
+
+
+def ids_of(tok, text=TEXT):
+    return torch.tensor(tok.encode(text), dtype=torch.long)
+
+
+def marked(labels, text=TEXT):
+    return {(i, text[i]): v for i, v in enumerate(labels.tolist()) if v >= 0}
+
+
+def test_rhyme_labels_sit_on_even_line_ends_of_ping_rhyming_poems(tok):
+    you = PING_GROUPS.index("下平十一尤")
+    second = TEXT.index("《登楼》") + len("《登楼》")
+    assert marked(rhyme_labels(ids_of(tok), tok)) == {
+        (11, "流"): you, (23, "楼"): you,                       # 首句不入韵（尽）：只有双数句
+        (second + 10, "流"): you, (second + 22, "楼"): you}     # 题目之后的正文，下标对回 ids
+    # 仄韵的《春晓》、不合诗体的“白日依山”、题目与标点都没有标签
+
+
+def test_tone_labels_are_the_2nd_and_4th_characters_of_each_line(tok):
+    got = marked(tone_labels(ids_of(tok, f"\n{DENG}\n"), tok), f"\n{DENG}\n")
+    assert [(c, v) for (_, c), v in got.items()] == [
+        ("日", 1), ("山", 0), ("河", 0), ("海", 1), ("穷", 0), ("里", 1), ("上", 1), ("层", 0)]
+
+
+def test_label_windows_are_shifted_like_targets():
+    data = torch.arange(200)
+    labels = data * 10
+    obj = Objective("x", 8, ("a",), {"train": labels})
+    gens = [batch_generator(3, 5) for _ in range(2)]
+    (x, y, aux), = _batches(data, "train", gens, 1, 4, 16, None, None, None, (obj,))
+    assert torch.equal(y, x + 1) and torch.equal(aux, y * 10)     # 第 t 个位置 ← 第 t + 1 个字
+
+
+def test_loss_with_nothing_to_predict_is_zero_not_nan():
+    obj = Objective("x", 8, ("a", "b"), {})
+    assert obj.loss(torch.randn(2, 5, 8), torch.full((2, 5), -1)).item() == 0.0
+
+
+def test_total_loss_is_lm_loss_plus_weighted_aux():
+    torch.manual_seed(0)
+    model = GPT(preset("course", vocab_size=30, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    model.eval()
+    obj = Objective("x", 16, ("a", "b", "c"), {}, weight=0.5)
+    x, y = torch.randint(30, (2, 16)), torch.randint(30, (2, 16))
+    t = torch.randint(-1, 3, (2, 16))
+    parts, total = WithObjectives(model, [obj])(x, y, t)
+    assert parts[0].item() == model(x, y)[1].item()               # 同一条前向
+    assert parts[1].item() == obj.loss(model.hidden(x), t).item()
+    torch.testing.assert_close(total, parts[0] + 0.5 * parts[1])
+
+
+def tiny_run(obj_names, tok, steps=4, **kw):
+    torch.manual_seed(0)
+    model = GPT(preset("course", vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2,
+                       n_embd=16))
+    ids = ids_of(tok, TEXT * 4)
+    objs = objectives.build(obj_names, {"train": ids, "val": ids}, tok, 16)
+    cfg = TrainConfig(batch_size=4, lr=3e-3, warmup_steps=1, max_steps=steps, eval_interval=2,
+                      eval_batches=2, bf16=False, progress=False, log_interval=1, **kw)
+    history = train(model, ids, ids, cfg, objectives=objs)
+    return model, objs, history
+
+
+def test_train_logs_aux_losses_and_leaves_the_model_unchanged_in_shape(tok):
+    model, objs, history = tiny_run(["rhyme", "tones"], tok)
+    assert set(history.steps[0]["aux"]) == {"rhyme", "tones"}
+    assert {"aux_rhyme", "aux_tones", "train", "val"} <= set(history.evals[-1])
+    plain = GPT(model.config)
+    assert list(model.state_dict()) == list(plain.state_dict())    # 头不在模型里
+    assert all(o.head.weight.grad is not None for o in objs)        # 头也训练了
+
+
+def test_heads_are_added_to_a_given_optimizer_and_clipped(tok):
+    torch.manual_seed(0)
+    model = GPT(preset("course", vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2,
+                       n_embd=16))
+    ids = ids_of(tok, TEXT * 4)
+    objs = objectives.build(["tones"], {"train": ids}, tok, 16, weight=1e4)   # 很大的梯度
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    cfg = TrainConfig(batch_size=4, lr=1e-3, warmup_steps=0, max_steps=1, eval_interval=1,
+                      eval_batches=1, bf16=False, progress=False, grad_clip=1.0)
+    train(model, ids, None, cfg, optimizer=opt, objectives=objs)
+    head = {id(p) for p in objs[0].parameters()}
+    assert sum(id(p) in head for g in opt.param_groups for p in g["params"]) == 2
+    total = torch.sqrt(sum(p.grad.pow(2).sum() for g in opt.param_groups for p in g["params"]
+                           if p.grad is not None))
+    assert total.item() == pytest.approx(1.0, rel=1e-4)            # 裁剪后的全局范数 = 1
+
+
+def test_without_objectives_history_has_no_aux(tok):
+    _, _, history = tiny_run([], tok)
+    assert "aux" not in history.steps[0] and "aux_rhyme" not in history.evals[-1]
+
+
+@pytest.mark.parametrize("spec, message", [("rhyme,bogus", "--aux 只能是"),
+                                           ("rhyme,rhyme", "不重复")])
+def test_parse_rejects_unknown_and_repeated(spec, message):
+    with pytest.raises(ValueError, match=message):
+        objectives.parse(spec)
+
+
+def test_cli_aux_trains_and_records_it(tmp_path, capsys):
+    out = tmp_path / "t.pt"
+    argv = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "4",
+            "--block-size", "32", "--warmup", "1", "--no-bf16", "--no-progress", "--steps", "2",
+            "--aux", "rhyme,tones", "--aux-weight", "0.5", "--out", str(out)]
+    assert cli.main(argv) == 0
+    json.loads(capsys.readouterr().out.split("训练完成：", 1)[1])
+    model, _, meta = checkpoint.load(out)
+    assert meta["aux"] == ["rhyme", "tones"] and meta["aux_weight"] == 0.5
+    assert set(meta["history"]["steps"][0]["aux"]) == {"rhyme", "tones"}
+    assert "--aux rhyme,tones" in meta["command"]
+
+
+@pytest.mark.parametrize("extra, message", [(["--aux", "rime"], "--aux 只能是"),
+                                            (["--aux", "rhyme", "--aux-weight", "0"],
+                                             "--aux-weight 必须")])
+def test_cli_bad_aux_is_one_line_exit_2(tmp_path, capsys, extra, message):
+    argv = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--steps", "2", "--no-progress",
+            "--out", str(tmp_path / "x.pt"), *extra]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("错误：") and message in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())
