@@ -33,7 +33,8 @@ MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
 def check_sampling_args(temperature=1.0, top_k=None, top_p=None, repetition_penalty=1.0) -> None:
     """不合法的采样参数 → ValueError（说明哪个参数、收到了什么、应该是什么）。
 
-    NumPy 的数（np.float32、np.int64）照常接受；不是数的值（字符串、张量……）报的是类型，不是范围。"""
+    NumPy 的数（np.float32、np.int64）照常接受；不是数的值（字符串、张量……）报的是类型，
+    不是范围。"""
     for name, v, integer in (("temperature", temperature, False), ("top_k", top_k, True),
                              ("top_p", top_p, False),
                              ("repetition_penalty", repetition_penalty, False)):
