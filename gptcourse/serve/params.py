@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 
+from ..errors import UserError
 from ..generate import VerseSpec
 from ..release import FALLBACK, whole_poem_only
 from ..sampling import SamplingParams
@@ -116,6 +117,22 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
             raise ApiError(400, f"{key} 必须是 true 或 false，收到 {brief(p[key])}",
                            f"{key} must be a boolean")
     return p
+
+
+def check_defaults(defaults: dict, tok) -> None:
+    """服务器的默认解码设置（检查点的发布设置）必须在网页的范围（``RANGES``，比库更严）之内：
+    否则每个没带这个字段的请求都会得到 400。启动时就拒绝 → UserError（命令行：一行，退出码 2）。"""
+    p = {**DEFAULTS, **defaults}
+    try:
+        _number(p, "temperature", *RANGES["temperature"], zero_ok=True)
+        if p["top_p"] is not None:
+            _number(p, "top_p", *RANGES["top_p"])
+        _number(p, "repetition_penalty", *RANGES["repetition_penalty"])
+        if p["top_k"] is not None:
+            _number(p, "top_k", 0, tok.vocab_size, integer=True)
+    except ApiError as e:
+        raise UserError(f"检查点的发布设置超出网页服务的范围：{e.zh}。网页不能用这组默认设置；"
+                        "请换一个检查点，或用 generate 命令（库的范围更宽）") from None
 
 
 def result(p: dict, text: str, seconds: float) -> dict:
