@@ -96,13 +96,8 @@ def _poems(ids: torch.Tensor, tok):
 
 
 def rhyme_labels(ids: torch.Tensor, tok) -> torch.Tensor:
-    """与 ids 等长：合乎诗体、押平声韵的诗，韵脚（双数句末字）的位置记它的平声韵部编号，其余 −1。
-
-    >>> tok = __import__("gptcourse").tokenizer.CharTokenizer.from_text("\\n春眠不觉晓，处处闻啼鸟。")
-    >>> rhyme_labels(torch.tensor(tok.encode("\\n白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
-    ...                                     errors="unk")), tok).tolist().count(-1)
-    25
-    """
+    """与 ids 等长：合乎诗体、押平声韵的诗，入韵的字（双数句末字，首句入韵时加上首句末字）的位置
+    记它的平声韵部编号，其余 −1。"""
     group = {g: i for i, g in enumerate(PING_GROUPS)}
     out = torch.full((len(ids),), -1, dtype=torch.long)
     for offset, poem in _poems(ids, tok):

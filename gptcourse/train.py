@@ -198,7 +198,7 @@ def _step(model, optimizer, batches, grad_clip=1.0, amp=None, forward=None,
             if i == 0:
                 optimizer.zero_grad(set_to_none=True)                # 清掉上一步的梯度
             (loss / n).backward()                                    # 除以 n 才等于大批次
-        logged = parts if objectives else loss.detach()              # 记下的是语言模型损失（与各项）
+        logged = parts if objectives else loss.detach()              # 语言模型损失（与各项）
         mean_loss = mean_loss + logged.double() / n                  # 与 loss.item() / n 相同
     if shadow is not None:
         shadow.grads_to_master()                                     # bf16 梯度 → fp32 主权重

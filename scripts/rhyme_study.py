@@ -1,6 +1,7 @@
-"""为什么自由采样的模型不押韵：同样的算力下比较几种做法，每种 3 个种子（课程第 04 章引用这里的结果）。
+"""为什么自由采样的模型不押韵：同样的算力下比较几种做法，每种 3 个种子（第 04 章引用这里的结果）。
 
-    python scripts/rhyme_study.py --init 起点.pt [--steps 300] [--seeds 0,1,2] [--json docs/rhyme_study.json]
+    python scripts/rhyme_study.py --init 起点.pt [--steps 300] [--seeds 0,1,2] \
+        [--json docs/rhyme_study.json]
 
 每个变体都从同一个起点检查点（``--init``；默认随课程发布的 course.pt）用 ``gc.train.train``
 接着训练同样多的步数（同样的批次、学习率日程、按诗对齐的窗口、种子）：
@@ -11,7 +12,8 @@
 - **韵部 + 平仄**：两个都加。
 
 辅助头只在训练时用（:mod:`gptcourse.objectives`），模型的结构和词表不变。每个变体、每个种子量：
-自由采样 200 首（温度 0.8，种子 70000–70199，不加任何约束）的押韵率、重韵率、诗体合格率、平仄合格率，
+自由采样 200 首（温度 0.8，种子 70000–70199，不加任何约束）的押韵率、重韵率、诗体合格率、
+平仄合格率，
 验证集损失（split_loss，整个 val），以及领先指标——教师强制下模型在真诗韵脚上给“这首诗自己的韵部”
 的概率（``gc.rhyme_probe.rhyme_group_mass``，验证集前 200 首合格的诗）。表里给 3 个种子的均值与
 最小–最大。
@@ -108,7 +110,8 @@ def main() -> None:
         print(f"{name}：自由押韵率 {r['free_rhyme']['mean']:.1%}"
               f"（{r['free_rhyme']['min']:.1%}–{r['free_rhyme']['max']:.1%}），"
               f"诗体 {r['form']['mean']:.1%}，平仄 {r['tonal']['mean']:.1%}，"
-              f"验证集损失 {r['val_loss']['mean']:.4f}，领先指标 {r['indicator_ratio']['mean']:.1f}×",
+              f"验证集损失 {r['val_loss']['mean']:.4f}，"
+              f"领先指标 {r['indicator_ratio']['mean']:.1f}×",
               flush=True)
         save()
 

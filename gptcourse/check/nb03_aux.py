@@ -57,7 +57,8 @@ _HINTS = {
               "你再往前挪一位，就成了预测“下下个字”",
     "odd_lines": "单数句的末字也记了标签。只有入韵的位置才有韵部：双数句的末字，"
                  "和首句入韵时首句的末字（check_rhyme(...).positions 就是这些下标）",
-    "ze_too": "不押平声韵的诗（例如仄韵的《春晓》）也记了标签。那样的诗没有平声韵部可学，整首都记 −1",
+    "ze_too": "不押平声韵的诗（例如仄韵的《春晓》）也记了标签。"
+              "那样的诗没有平声韵部可学，整首都记 −1",
     "any_form": "不合诗体的诗也记了标签：先用 gc.verse.is_valid_form 挑出合乎诗体的诗",
     "zero_default": "没有韵脚的位置应记 −1（“这个位置不考”），而不是 0——0 是第一个韵部的编号",
     "no_newline": "从第二首诗开始位置错开了：诗与诗之间还有一个换行符，它也占一个位置",
@@ -103,8 +104,8 @@ def _loss_cases():
 
 @exercise
 def aux_loss(fn) -> bool:
-    """练习：``fn(head, hidden [B, T, C], targets [B, T]) -> 标量张量``：−1 不算，只在要考的位置上平均，
-    一个都没有时是 0。"""
+    """练习：``fn(head, hidden [B, T, C], targets [B, T]) -> 标量张量``：−1 不算，
+    只在要考的位置上平均，一个都没有时是 0。"""
     head, hidden, targets = _loss_cases()
     ref = Objective("x", 8, tuple("abcde"), {})
     ref.head = head
@@ -125,7 +126,8 @@ def aux_loss(fn) -> bool:
     logits = head(hidden)
     soft = F.cross_entropy(logits.softmax(-1).flatten(0, 1), targets.flatten(), ignore_index=-1)
     if math.isclose(got.item(), soft.item(), rel_tol=1e-4):
-        return _fail("交叉熵之前先做了 softmax：F.cross_entropy 要的是 logits，它自己会做 log-softmax")
+        return _fail("交叉熵之前先做了 softmax：F.cross_entropy 要的是 logits，"
+                     "它自己会做 log-softmax")
     if not math.isclose(got.item(), want.item(), rel_tol=1e-4, abs_tol=1e-6):
         return _fail(f"损失是 {got.item():.4f}，应是 {want.item():.4f}")
     none = torch.full_like(targets, -1)
