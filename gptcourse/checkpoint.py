@@ -5,9 +5,14 @@
 - **原子写入**：先写同目录的临时文件 ``.<名>.<pid>.<随机>.tmp``，再 ``os.replace``；写到一半
   出错、被 Ctrl+C 或 SIGTERM 打断时删掉临时文件。被 SIGKILL 杀掉留下的临时文件以 "." 开头、
   以 ".tmp" 结尾，不会被当成检查点；下一次往同一目录保存同名检查点时，进程已不在的临时文件会被删掉。
-- **校验和**：保存时记下配置、权重、词表、步数、优化器、随机数状态与 meta 的 SHA-256
-  （``sha256`` 字段，覆盖哪些字段记在 ``sha256_covers``），读取时重新计算；对不上 →
-  :class:`CheckpointError`。只覆盖权重与优化器的旧文件、没有校验和的更旧文件照常读取。
+- **校验和**：保存时记下配置、权重、词表、步数、优化器、随机数状态与 meta（含发布设置）的
+  SHA-256（``sha256`` 字段），读取时**总是按这全部字段**重新计算；对不上 →
+  :class:`CheckpointError`。
+  覆盖范围不由文件自己说了算：``sha256_covers`` 不是这全部字段（例如 ``[]`` 或 ``["model"]``）
+  的文件一律拒绝。只覆盖权重与优化器的旧格式文件、没有校验和的更旧文件无法确认配置、词表与
+  meta 没被改过，默认拒绝；确认它可信之后，``load(..., trust_unverified=True)``（命令行：环境
+  变量 ``GPTCOURSE_TRUST_UNVERIFIED=1``）才读取，并发出 :class:`UnverifiedCheckpointWarning`；
+  :func:`upgrade` 把它重存为新格式（权重不变）。
 - **只读普通、不压缩的文件**：FIFO、设备文件会被拒绝（否则一直等下去）；zip 里有压缩成员的
   文件会在解压之前被拒绝（防“压缩炸弹”）。
 - **安全读取**：``torch.load(weights_only=True)``，不执行文件里的任何代码。
@@ -22,6 +27,7 @@ import os
 import signal
 import tempfile
 import threading
+import warnings
 import zipfile
 from dataclasses import fields
 from pathlib import Path
@@ -54,6 +60,18 @@ def tokenizer_from_dict(d: dict) -> Tokenizer:
 
 class CheckpointError(UserError):
     """检查点文件损坏、格式不对，或与当前模型/词表不匹配。"""
+
+
+class UnverifiedCheckpointWarning(UserWarning):
+    """按用户的明确许可读取了校验和不完整（旧格式或没有校验和）的检查点。"""
+
+
+# 读取校验和不完整的检查点的明确许可（命令行用；库里用 trust_unverified=True）
+TRUST_ENV = "GPTCOURSE_TRUST_UNVERIFIED"
+
+
+def _trust_from_env() -> bool:
+    return os.environ.get(TRUST_ENV, "").strip().lower() in ("1", "true", "yes")
 
 
 # ---------------------------------------------------------------- 写入
@@ -195,8 +213,12 @@ def save(path: str | Path, model: GPT, tokenizer, *, optimizer=None, step: int =
 
 
 # ---------------------------------------------------------------- 读取与检查
-def load_raw(path: str | Path | None = None, map_location="cpu") -> dict:
-    """读取检查点字典并检查格式与校验和；错误时抛出 :class:`CheckpointError`，说明问题所在。"""
+def load_raw(path: str | Path | None = None, map_location="cpu",
+             trust_unverified: bool | None = None) -> dict:
+    """读取检查点字典并检查格式与校验和；错误时抛出 :class:`CheckpointError`，说明问题所在。
+
+    ``trust_unverified``：是否读取校验和不完整的旧文件（见模块说明）；None = 看环境变量
+    ``GPTCOURSE_TRUST_UNVERIFIED``。"""
     path = Path(path) if path is not None else SHIPPED
     if not path.exists():
         raise MissingFileError(f"找不到检查点文件 {path}")
@@ -217,14 +239,51 @@ def load_raw(path: str | Path | None = None, map_location="cpu") -> dict:
     if missing:
         raise CheckpointError(f"{path.name} 缺少字段 {missing}，文件不完整")
     _check_fields(obj, path.name)
-    if "sha256" in obj:
-        covers = obj.get("sha256_covers", LEGACY_COVERS)
-        if not isinstance(covers, list | tuple) or not set(covers) <= set(CHECKSUM_COVERS):
-            raise CheckpointError(f"{path.name} 的 sha256_covers 字段不对：{covers!r}")
-        if payload_sha256(obj, covers) != obj["sha256"]:
-            raise CheckpointError(f"{path.name} 的校验和不符：{'、'.join(covers)} 在保存之后被"
-                                  "改动或损坏")
+    _verify(obj, path.name, _trust_from_env() if trust_unverified is None else trust_unverified)
     return obj
+
+
+def _verify(obj: dict, name: str, trust_unverified: bool) -> None:
+    """校验和总是按 CHECKSUM_COVERS 全部字段计算：文件自己声明的覆盖范围只用来认出格式。"""
+    if "sha256_covers" in obj:                   # 新格式：必须正好覆盖全部字段
+        covers = obj["sha256_covers"]
+        if not isinstance(covers, list | tuple) or \
+                sorted(map(str, covers)) != sorted(CHECKSUM_COVERS):
+            raise CheckpointError(
+                f"{name} 的 sha256_covers 是 {covers!r}，不是全部字段"
+                f"（{'、'.join(CHECKSUM_COVERS)}）："
+                "gptcourse 保存的文件总是全部覆盖，这个文件被改过，拒绝读取")
+        if "sha256" not in obj:
+            raise CheckpointError(f"{name} 有 sha256_covers 却没有 sha256：文件被改过，拒绝读取")
+        if payload_sha256(obj) != obj["sha256"]:
+            raise CheckpointError(f"{name} 的校验和不符：{'、'.join(CHECKSUM_COVERS)} 在保存之后被"
+                                  "改动或损坏")
+        return
+    if "sha256" in obj and payload_sha256(obj, LEGACY_COVERS) != obj["sha256"]:
+        raise CheckpointError(f"{name} 的校验和不符：{'、'.join(LEGACY_COVERS)} 在保存之后被"
+                              "改动或损坏")
+    what = ("只覆盖权重与优化器的旧格式校验和" if "sha256" in obj else "没有校验和")
+    if not trust_unverified:
+        raise CheckpointError(
+            f"{name} {what}：无法确认配置、词表与 meta（发布设置）没被改过，默认不读取。"
+            "确认文件可信后"
+            f"设环境变量 {TRUST_ENV}=1 再读（库里：trust_unverified=True），"
+            "或用 gptcourse.checkpoint.upgrade(旧文件, 新文件) 重存为新格式")
+    warnings.warn(f"{name} {what}：配置、词表与 meta 不在校验和之内，按你的许可照常读取；"
+                  "可用 gptcourse.checkpoint.upgrade 重存为新格式", UnverifiedCheckpointWarning,
+                  stacklevel=4)
+
+
+def upgrade(src: str | Path, dst: str | Path) -> Path:
+    """把校验和不完整的旧检查点（你确认可信的）重存为新格式：全部字段、权重一字不改，只补上
+    覆盖全部字段的校验和。``dst`` 可以等于 ``src``（原子替换）。"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UnverifiedCheckpointWarning)
+        obj = load_raw(src, trust_unverified=True)
+    _config_and_tokenizer(obj, Path(src).name)              # 配置与词表能还原、彼此一致
+    obj = {k: v for k, v in obj.items() if k not in ("sha256", "sha256_covers")}
+    obj["sha256"], obj["sha256_covers"] = payload_sha256(obj), list(CHECKSUM_COVERS)
+    return atomic_save(obj, dst)
 
 
 def _refuse_compressed(path: Path) -> None:
@@ -282,12 +341,13 @@ def _config_and_tokenizer(obj: dict, name: str):
     return cfg, tok
 
 
-def load(path: str | Path | None = None, map_location="cpu", eval_mode: bool = True):
+def load(path: str | Path | None = None, map_location="cpu", eval_mode: bool = True,
+         trust_unverified: bool | None = None):
     """加载检查点 → (model, tokenizer, meta)。``path=None`` 加载随课程发布的模型。
 
-    meta 里有 step、config 以及训练时记录的指标。
+    meta 里有 step、config 以及训练时记录的指标。``trust_unverified`` 见 :func:`load_raw`。
     """
-    obj = load_raw(path, map_location)
+    obj = load_raw(path, map_location, trust_unverified)
     cfg, tok = _config_and_tokenizer(obj, Path(path).name if path is not None else SHIPPED.name)
     model = GPT(cfg)
     load_weights(model, obj["model"])

@@ -8,10 +8,12 @@
 """
 from __future__ import annotations
 
+import numbers
+
 
 def is_real(v) -> bool:
-    """参数检查用：int 或 float（不含 bool），且不是 NaN。"""
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+    """参数检查用：实数（int、float、NumPy 的数；不含 bool），且不是 NaN。"""
+    return isinstance(v, numbers.Real) and not isinstance(v, bool) and v == v
 
 
 class UserError(ValueError):

@@ -34,11 +34,39 @@ from .errors import UserError
 from .model import eval_mode
 from .sampling import (NEG_INF, SamplingParams, apply_temperature, penalize, sample_with,
                        top_k_filter, top_p_filter)
-from .titles import check_title, format_title
+from .titles import OPEN, check_title, format_title
 from .titles import strip as strip_title
 from .verse import FORMS
 
 DEFAULT_MAX_NEW_TOKENS = 100
+MAX_NEW_TOKENS_PER_BLOCK = 64     # max_new_tokens 的上限 = 64 × block_size（course：8192）
+CACHE_BUDGET = 256 * 2**20        # 一批的 KV 缓存最多这么多字节：更多的行分批生成
+MAX_SEED = 2**63                  # seed 在 [0, 2⁶³) 之内（torch.Generator 的范围）
+
+
+def check_sizes(model, max_new_tokens, seed, n_rows: int = 1) -> None:
+    """分配之前检查 max_new_tokens 与 seed：不对 → UserError（说出上限）。"""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+            or max_new_tokens < 0:
+        raise UserError(f"max_new_tokens 必须是 ≥ 0 的整数，收到 {max_new_tokens!r}")
+    limit = MAX_NEW_TOKENS_PER_BLOCK * model.config.block_size
+    if max_new_tokens > limit:
+        raise UserError(f"max_new_tokens 最多 {limit}（{MAX_NEW_TOKENS_PER_BLOCK} × block_size "
+                        f"{model.config.block_size}；一首诗不到 100 个词元），"
+                        f"收到 {max_new_tokens}")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+                             or not 0 <= seed <= MAX_SEED - n_rows):
+        raise UserError(f"seed 必须是 [0, 2**63 - {n_rows}] 之内的整数或 None"
+                        "（第 i 首用 seed + i），"
+                        f"收到 {seed!r}")
+
+
+def rows_per_batch(model) -> int:
+    """一批最多几行：KV 缓存按批分配，每行 n_layer × 2 × block_size × n_embd 个数，一批不超过
+    ``CACHE_BUDGET`` 字节（course：每行 1 MiB → 256 行一批）。"""
+    c = model.config
+    per_row = c.n_layer * 2 * c.block_size * c.n_embd * next(model.parameters()).element_size()
+    return max(1, CACHE_BUDGET // per_row)
 
 
 # ---------------------------------------------------------------- 要写什么样的诗
@@ -142,13 +170,14 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
     cons = spec.constraint(tok, device)
     if max_new_tokens is None:                 # 有约束时：正好够写完一整首
         max_new_tokens = DEFAULT_MAX_NEW_TOKENS if cons is None else poem_tokens(cons)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-            or max_new_tokens < 0:
-        raise UserError(f"max_new_tokens 必须是 ≥ 0 的整数，收到 {max_new_tokens!r}")
+    check_sizes(model, max_new_tokens, seed, len(prompts))
     bs, eos = model.config.block_size, tok.eos_id
     head = format_title(spec.title) if spec.title is not None else ""   # 以题作诗
     rows = []
     for i, p in enumerate(prompts):
+        if head and p.lstrip().startswith(OPEN):
+            raise UserError(f"给了 title 时提示不能以“{OPEN}”开头：提示里的《…》会成为第二个题目；"
+                            f"题目只写在 title 里，收到提示 {p[:20]!r}")
         ids = [eos] + tok.encode(head + p)
         if len(ids) > bs:
             raise UserError(f"提示太长：{len(ids) - 1} 个词元（加上开头的换行 {len(ids)} 个），"
@@ -256,11 +285,17 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
     prompts = list(prompts)
     params, spec = _split(kw)
     new: list[list[int]] = [[] for _ in prompts]
-    for step in _decode(model, tok, prompts, params, spec, max_new_tokens, seed, use_cache,
-                        relaxed):
-        for i, t in enumerate(step):
-            if t is not None:
-                new[i].append(t)
+    if prompts:                                 # 先整体检查，免得写完几批之后才报错
+        check_sizes(model, DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens,
+                    seed, len(prompts))
+    per = rows_per_batch(model)                 # KV 缓存按批分配，而不是为所有行一次分配
+    for lo in range(0, max(len(prompts), 1), per):
+        s = None if seed is None else seed + lo
+        for step in _decode(model, tok, prompts[lo:lo + per], params, spec, max_new_tokens, s,
+                            use_cache, relaxed):
+            for i, t in enumerate(step):
+                if t is not None:
+                    new[lo + i].append(t)
     eos = tok.eos_id
     return [p + tok.decode(ids[:-1] if ids and ids[-1] == eos else ids)
             for p, ids in zip(prompts, new)]
@@ -320,6 +355,8 @@ def sample_poems(model, tok, n: int, seed: int = 0, prompt: str = "", batch_size
     只是成批更快），每首截到第一个换行为止。其余关键字参数同 :func:`generate_batch`。"""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UserError(f"n 必须是 ≥ 1 的整数，收到 {n!r}")
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch_size 必须是 ≥ 1 的整数，收到 {batch_size!r}")
     out = []
     for b in range(0, n, batch_size):
         m = min(batch_size, n - b)

@@ -287,7 +287,8 @@ class GPT(nn.Module):
 
     def hidden(self, idx: torch.Tensor, cache: KVCache | None = None,
                last_only: bool = False) -> torch.Tensor:
-        """idx [B, T] → 最后一层归一化之后的隐藏状态 [B, T, C]（输出头的输入；last_only → [B, 1, C]）。
+        """idx [B, T] → 最后一层归一化之后的隐藏状态 [B, T, C]，即输出头的输入
+        （last_only → [B, 1, C]）。
 
         训练时的辅助目标（:mod:`gptcourse.objectives`）在它上面接自己的小头。"""
         if idx.dim() != 2 or idx.dtype not in (torch.int64, torch.int32):

@@ -29,6 +29,16 @@ PING_GROUPS = verse.group_names(verse.PING)        # 30 个平声韵部（表中
 TONE_CLASSES = (verse.PING, verse.ZE)
 
 
+def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """logits [B, T, K]，targets [B, T]（−1 = 不算）→ 要算的位置上的平均交叉熵。
+
+    一个要算的位置都没有时是 0 而不是 NaN：一个窗口里没有韵脚很常见，
+    ``F.cross_entropy`` 的默认平均在那时是 0 / 0。"""
+    total = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), ignore_index=-1,
+                            reduction="sum")
+    return total / (targets >= 0).sum().clamp(min=1)
+
+
 class Objective(nn.Module):
     """一个辅助目标：名字、权重、每个划分的标签序列，和一个线性头 C → 类别数。"""
 
@@ -42,11 +52,8 @@ class Objective(nn.Module):
         self.head = nn.Linear(n_embd, len(classes))
 
     def loss(self, hidden: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-        """hidden [B, T, C]，targets [B, T] → 标量。没有一个要算的位置时是 0（而不是 NaN）。"""
-        logits = self.head(hidden).float()                                    # [B, T, K]
-        total = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1,
-                                reduction="sum")
-        return total / (targets >= 0).sum().clamp(min=1)
+        """hidden [B, T, C]，targets [B, T] → 标量（见 :func:`masked_cross_entropy`）。"""
+        return masked_cross_entropy(self.head(hidden), targets)
 
     def extra_repr(self) -> str:
         return f"name={self.name!r}, weight={self.weight}"
@@ -89,13 +96,8 @@ def _poems(ids: torch.Tensor, tok):
 
 
 def rhyme_labels(ids: torch.Tensor, tok) -> torch.Tensor:
-    """与 ids 等长：合乎诗体、押平声韵的诗，韵脚（双数句末字）的位置记它的平声韵部编号，其余 −1。
-
-    >>> tok = __import__("gptcourse").tokenizer.CharTokenizer.from_text("\\n春眠不觉晓，处处闻啼鸟。")
-    >>> rhyme_labels(torch.tensor(tok.encode("\\n白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
-    ...                                     errors="unk")), tok).tolist().count(-1)
-    25
-    """
+    """与 ids 等长：合乎诗体、押平声韵的诗，入韵的字（双数句末字，首句入韵时加上首句末字）的位置
+    记它的平声韵部编号，其余 −1。"""
     group = {g: i for i, g in enumerate(PING_GROUPS)}
     out = torch.full((len(ids),), -1, dtype=torch.long)
     for offset, poem in _poems(ids, tok):

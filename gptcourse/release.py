@@ -45,11 +45,15 @@ def seed_note(seeds: tuple[int, int]) -> str:
 
 
 def settings(meta: dict | None) -> dict:
-    """检查点的发布解码设置（没有时退回 FALLBACK）；不合法的设置 → UserError。"""
-    release = (meta or {}).get("release") or {}
+    """检查点的发布解码设置（没有时退回 FALLBACK）；不合法的设置 → UserError。
+
+    只有"没有这个键"或 None 才算没有设置；0、[]、"" 之类是坏的设置，照样报错。"""
+    release = (meta or {}).get("release")
+    release = {} if release is None else release
     if not isinstance(release, dict):
         raise UserError(f"检查点的 meta['release'] 应是字典，收到 {type(release).__name__}")
-    return validate_settings(release.get("settings") or {})
+    given = release.get("settings")
+    return validate_settings({} if given is None else given)
 
 
 def validate_settings(given: dict) -> dict:

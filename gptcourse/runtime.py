@@ -20,7 +20,9 @@ def is_quick() -> bool:
 
 
 def set_seed(seed: int) -> None:
-    """同时设置 Python、NumPy（若已安装）与 PyTorch 的随机种子。"""
+    """同时设置 Python、NumPy（若已安装）与 PyTorch 的随机种子；seed 必须在 [0, 2³²) 之内。"""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**32:
+        raise UserError(f"seed 必须是 [0, 2**32) 之内的整数（NumPy 的种子范围），收到 {seed!r}")
     random.seed(seed)
     try:
         import numpy as np

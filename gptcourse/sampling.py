@@ -16,6 +16,7 @@
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import asdict, dataclass, fields
 
 import torch
@@ -30,13 +31,23 @@ MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
 
 # ---------------------------------------------------------------- 参数检查
 def check_sampling_args(temperature=1.0, top_k=None, top_p=None, repetition_penalty=1.0) -> None:
-    """不合法的采样参数 → ValueError（说明哪个参数、收到了什么、应该是什么）。"""
+    """不合法的采样参数 → ValueError（说明哪个参数、收到了什么、应该是什么）。
+
+    NumPy 的数（np.float32、np.int64）照常接受；不是数的值（字符串、张量……）报的是类型，
+    不是范围。"""
+    for name, v, integer in (("temperature", temperature, False), ("top_k", top_k, True),
+                             ("top_p", top_p, False),
+                             ("repetition_penalty", repetition_penalty, False)):
+        kind = numbers.Integral if integer else numbers.Real
+        if v is not None and (isinstance(v, bool) or not isinstance(v, kind)):
+            want = "整数" if integer else "数（int 或 float）"
+            raise UserError(f"{name} 必须是{want}，收到 {type(v).__name__} {v!r}")
     if not is_real(temperature) or not 0 <= temperature < float("inf"):
         raise UserError(f"temperature 必须是 ≥ 0 的有限数（0 = 贪心），收到 {temperature!r}")
     if temperature > MAX_TEMPERATURE:
         raise UserError(f"temperature 最大为 {MAX_TEMPERATURE:g}（更大时分布已几乎均匀），"
                          f"收到 {temperature!r}")
-    if top_k is not None and (isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1):
+    if top_k is not None and top_k < 1:
         raise UserError(f"top_k 必须是 ≥ 1 的整数或 None，收到 {top_k!r}")
     if top_p is not None and (not is_real(top_p) or not 0 < top_p <= 1):
         raise UserError(f"top_p 必须在 (0, 1] 之内或为 None，收到 {top_p!r}")
@@ -64,6 +75,10 @@ class SamplingParams:
 
     def __post_init__(self):
         check_sampling_args(self.temperature, self.top_k, self.top_p, self.repetition_penalty)
+        for f in fields(self):                   # NumPy 的数 → Python 的数（to_dict 可存进 JSON）
+            v = getattr(self, f.name)
+            if v is not None and type(v) not in (int, float):
+                object.__setattr__(self, f.name, int(v) if f.name == "top_k" else float(v))
 
     @classmethod
     def names(cls) -> tuple[str, ...]:

@@ -29,6 +29,11 @@ from .objectives import Objective, WithObjectives
 from .precision import BF16_MODES, Bf16Weights, resolve_bf16
 
 
+# 尺寸的硬上限（再大的值只会是笔误）；内存够不够另由 check_memory 按模型与机器估计
+MAX_SIZES = {"batch_size": 2**16, "grad_accum": 2**12, "eval_batches": 10**4}
+MAX_SEED = 2**32                  # NumPy 的种子范围 [0, 2³²)（runtime.set_seed 也设 NumPy）
+
+
 @dataclass
 class TrainConfig:
     batch_size: int = 32
@@ -60,6 +65,12 @@ class TrainConfig:
         for name in ("batch_size", "grad_accum", "eval_interval", "eval_batches", "log_interval"):
             if getattr(self, name) < 1:
                 raise UserError(f"{name} 必须 ≥ 1，收到 {getattr(self, name)}")
+            if getattr(self, name) > MAX_SIZES.get(name, math.inf):
+                raise UserError(f"{name} 最多 {MAX_SIZES[name]}，收到 {getattr(self, name)}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) \
+                or not 0 <= self.seed < MAX_SEED:
+            raise UserError(f"seed 必须是 [0, 2**32) 之内的整数（NumPy 的种子范围），"
+                            f"收到 {self.seed!r}")
         if not (math.isfinite(self.lr) and self.lr > 0):
             raise UserError(f"需要 lr > 0 的有限数，收到 lr={self.lr}")
         if self.warmup_steps < 0 or not 0 <= self.grad_clip < math.inf:
@@ -74,6 +85,41 @@ class TrainConfig:
             raise UserError(f"bf16 只能是 True、False 或 'auto'，收到 {self.bf16!r}")
         if self.bf16_mode not in BF16_MODES:
             raise UserError(f"bf16_mode 只能是 {' 或 '.join(BF16_MODES)}，收到 {self.bf16_mode!r}")
+
+
+def available_memory(device: torch.device) -> int | None:
+    """这台机器（或这块 GPU）现在还能用的内存字节数；不知道时 None。"""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def step_bytes(cfg: "TrainConfig", config) -> int:
+    """一步训练大约要多少字节（估计，偏大）：一个微批次的 logits 与它的梯度、每层的激活、
+    注意力分数，加上一步的 grad_accum 个微批次的 id。"""
+    B, T, C = cfg.batch_size, config.block_size, config.n_embd
+    per_row = T * (3 * config.vocab_size + 20 * config.n_layer * C) \
+        + 2 * config.n_layer * config.n_head * T * T
+    return 4 * B * per_row + 16 * B * T * cfg.grad_accum
+
+
+def check_memory(cfg: "TrainConfig", config, device: torch.device) -> None:
+    """估计的一步所需内存超过机器可用的内存 → UserError（说出这台机器上 batch_size 的上限）。"""
+    free, need = available_memory(device), step_bytes(cfg, config)
+    if free is None or need <= free:
+        return
+    one = step_bytes(TrainConfig(batch_size=1, grad_accum=cfg.grad_accum), config)
+    raise UserError(f"批次太大：batch_size={cfg.batch_size}、grad_accum={cfg.grad_accum} "
+                    "每步估计要 "
+                    f"{need / 2**30:.1f} GiB 内存，这台机器现在可用 {free / 2**30:.1f} GiB；"
+                    f"batch_size 最多约 {max(1, free // one)}（需要更大的批次请用 grad_accum）")
 
 
 class TrainingDiverged(RuntimeError):
@@ -152,7 +198,7 @@ def _step(model, optimizer, batches, grad_clip=1.0, amp=None, forward=None,
             if i == 0:
                 optimizer.zero_grad(set_to_none=True)                # 清掉上一步的梯度
             (loss / n).backward()                                    # 除以 n 才等于大批次
-        logged = parts if objectives else loss.detach()              # 记下的是语言模型损失（与各项）
+        logged = parts if objectives else loss.detach()              # 语言模型损失（与各项）
         mean_loss = mean_loss + logged.double() / n                  # 与 loss.item() / n 相同
     if shadow is not None:
         shadow.grads_to_master()                                     # bf16 梯度 → fp32 主权重
@@ -256,6 +302,7 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     损失或梯度范数出现 NaN/inf 时抛出 :class:`TrainingDiverged`（最多晚 log_interval 步发现）。
     """
     device = next(model.parameters()).device
+    check_memory(cfg, model.config, device)                       # 分配之前：批次放得下吗
     rank, world = dist_utils.rank(), dist_utils.world_size()
     objectives = tuple(o.to(device) for o in objectives)
     optimizer = optimizer or make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)

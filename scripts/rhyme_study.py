@@ -1,6 +1,7 @@
-"""为什么自由采样的模型不押韵：同样的算力下比较几种做法，每种 3 个种子（课程第 04 章引用这里的结果）。
+"""为什么自由采样的模型不押韵：同样的算力下比较几种做法，每种 3 个种子（第 04 章引用这里的结果）。
 
-    python scripts/rhyme_study.py --init 起点.pt [--steps 300] [--seeds 0,1,2] [--json docs/rhyme_study.json]
+    python scripts/rhyme_study.py --init 起点.pt [--steps 300] [--seeds 0,1,2] \
+        [--json docs/rhyme_study.json]
 
 每个变体都从同一个起点检查点（``--init``；默认随课程发布的 course.pt）用 ``gc.train.train``
 接着训练同样多的步数（同样的批次、学习率日程、按诗对齐的窗口、种子）：
@@ -11,9 +12,10 @@
 - **韵部 + 平仄**：两个都加。
 
 辅助头只在训练时用（:mod:`gptcourse.objectives`），模型的结构和词表不变。每个变体、每个种子量：
-自由采样 200 首（温度 0.8，种子 70000–70199，不加任何约束）的押韵率、重韵率、诗体合格率、平仄合格率，
+自由采样 200 首（温度 0.8，种子 70000–70199，不加任何约束）的押韵率、重韵率、诗体合格率、
+平仄合格率，
 验证集损失（split_loss，整个 val），以及领先指标——教师强制下模型在真诗韵脚上给“这首诗自己的韵部”
-的概率（``gc.rhyme_probe.rhyme_group_mass``，验证集前 400 首合格的诗）。表里给 3 个种子的均值与
+的概率（``gc.rhyme_probe.rhyme_group_mass``，验证集前 200 首合格的诗）。表里给 3 个种子的均值与
 最小–最大。
 """
 from __future__ import annotations
@@ -30,8 +32,8 @@ import torch
 import gptcourse as gc
 
 SAMPLE_SEEDS = (70_000, 200)
-VARIANTS = {"多训练（只用语言模型损失）": [], "韵部辅助损失": ["rhyme"], "平仄辅助损失": ["tones"],
-            "韵部 + 平仄辅助损失": ["rhyme", "tones"]}
+VARIANTS = {"多训练（只用语言模型损失）": [], "韵部辅助损失": ["rhyme"],
+            "韵部 + 平仄辅助损失": ["rhyme", "tones"], "平仄辅助损失": ["tones"]}
 METRICS = ("free_rhyme", "repeated", "form", "tonal", "val_loss", "indicator_ratio")
 
 
@@ -81,12 +83,25 @@ def main() -> None:
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     corpus = gc.data.load_corpus("tang_jinti")
-    val_poems = [p for p in corpus.val.split("\n") if p and gc.verse.is_valid_form(p)][:400]
+    val_poems = [p for p in corpus.val.split("\n") if p and gc.verse.is_valid_form(p)][:200]
     base, tok, _ = gc.checkpoint.load(args.init)
     control = {"seed": None, "seconds": 0.0, **measure(base, tok, corpus, val_poems)}
     rows = [{"variant": "对照：起点检查点（不再训练）", "aux": [], "steps": 0, "runs": [control],
              **summary([control])}]
     print(json.dumps({k: rows[0][k] for k in ("variant", "free_rhyme")}, ensure_ascii=False))
+
+    def save() -> None:                         # 每个变体跑完就写一次：中途停下也留得住已有的结果
+        if not args.json:
+            return
+        Path(args.json).write_text(json.dumps(
+            {"command": f"python scripts/rhyme_study.py --init {Path(args.init).name} "
+                        f"--steps {args.steps} --seeds {args.seeds}",
+             "init_sha256": hashlib.sha256(Path(args.init).read_bytes()).hexdigest()[:16],
+             "machine": gc.bench.machine.machine_info(),
+             "date": time.strftime("%Y-%m-%d %H:%M"), "sample_seeds": SAMPLE_SEEDS,
+             "batch": [16, base.config.block_size], "lr": 5e-4, "lambda": 1.0, "seeds": seeds,
+             "rows": rows}, ensure_ascii=False, indent=1, default=float), encoding="utf-8")
+    save()
     for name in args.variants.split(","):
         runs = [run(args.init, VARIANTS[name], args.steps, s, corpus, val_poems) for s in seeds]
         rows.append({"variant": name, "aux": VARIANTS[name], "steps": args.steps, "runs": runs,
@@ -95,18 +110,10 @@ def main() -> None:
         print(f"{name}：自由押韵率 {r['free_rhyme']['mean']:.1%}"
               f"（{r['free_rhyme']['min']:.1%}–{r['free_rhyme']['max']:.1%}），"
               f"诗体 {r['form']['mean']:.1%}，平仄 {r['tonal']['mean']:.1%}，"
-              f"验证集损失 {r['val_loss']['mean']:.4f}，领先指标 {r['indicator_ratio']['mean']:.1f}×",
+              f"验证集损失 {r['val_loss']['mean']:.4f}，"
+              f"领先指标 {r['indicator_ratio']['mean']:.1f}×",
               flush=True)
-    if args.json:
-        init = Path(args.init)
-        Path(args.json).write_text(json.dumps(
-            {"command": f"python scripts/rhyme_study.py --init {init.name} --steps {args.steps} "
-                        f"--seeds {args.seeds} --json {args.json}",
-             "init_sha256": hashlib.sha256(init.read_bytes()).hexdigest()[:16],
-             "machine": gc.bench.machine.machine_info(),
-             "date": time.strftime("%Y-%m-%d %H:%M"), "sample_seeds": SAMPLE_SEEDS,
-             "batch": [16, base.config.block_size], "lr": 5e-4, "lambda": 1.0, "seeds": seeds,
-             "rows": rows}, ensure_ascii=False, indent=1, default=float), encoding="utf-8")
+        save()
 
 
 if __name__ == "__main__":

@@ -413,3 +413,57 @@ def test_titled_step_mistakes(passes, capsys):
 
     ok, out = passes(nb03.titled_step, constant_lr)
     assert not ok and "第 2 步开始不一致" in out and "lr_schedule" in out
+
+
+# ---------------------------------------------------------------- 12.1 辅助目标
+def _learner_rhyme_targets(ids, tok, before=False, odd=False, ze=False, anyform=False, zero=False,
+                           gap=1):
+    """学员会写的样子：逐首诗走一遍，带上可以打开的典型错误。"""
+    out = torch.full((len(ids),), 0 if zero else -1)
+    offset = 0
+    for poem in tok.decode(ids.tolist()).split("\n"):
+        r = gc.verse.check_rhyme(poem)
+        ok_form = anyform or gc.verse.is_valid_form(poem)
+        if poem and ok_form and (r.rhymes or ze):
+            ends = [b - 1 for _, b, _ in gc.verse.line_spans(poem)]
+            positions = ends if odd else (r.positions if r.rhymes else ends[1::2])
+            g = gc.objectives.PING_GROUPS.index(r.group) if r.group else 0
+            for i in positions:
+                out[offset + i - before] = g
+        offset += len(poem) + gap
+    return out
+
+
+def test_rhyme_targets_mistakes(passes, capsys):
+    assert passes(nb03.rhyme_targets, _learner_rhyme_targets)[0]
+    for kw, hint in [({"before": True}, "前一个位置"), ({"odd": True}, "单数句的末字"),
+                     ({"ze": True}, "仄韵的《春晓》"), ({"anyform": True}, "is_valid_form"),
+                     ({"zero": True}, "应记 −1"), ({"gap": 0}, "换行符")]:
+        ok, out = passes(nb03.rhyme_targets, lambda i, t, kw=kw: _learner_rhyme_targets(i, t, **kw))
+        assert not ok and hint in out, (kw, out)
+    ok, out = passes(nb03.rhyme_targets, lambda i, t: _learner_rhyme_targets(i, t)[:-1])
+    assert not ok and "长度应与 ids 相同" in out
+
+
+def test_aux_loss_mistakes(passes, capsys):
+    def learner(head, hidden, targets):
+        logits = head(hidden)
+        keep = targets >= 0
+        if not keep.any():
+            return logits.sum() * 0
+        return F.cross_entropy(logits[keep], targets[keep])
+
+    assert passes(nb03.aux_loss, learner)[0]
+    mistakes = {
+        "全部": lambda h, x, t: F.cross_entropy(h(x).flatten(0, 1), t.flatten(), ignore_index=-1,
+                                              reduction="sum") / t.numel(),
+        "softmax": lambda h, x, t: F.cross_entropy(h(x).softmax(-1).flatten(0, 1), t.flatten(),
+                                                   ignore_index=-1),
+        "分母至少取 1": lambda h, x, t: F.cross_entropy(h(x).flatten(0, 1), t.flatten(),
+                                                     ignore_index=-1),   # 空时 NaN
+        "不算": lambda h, x, t: F.cross_entropy(h(x).flatten(0, 1), t.flatten()),
+        "不要 .item()": lambda h, x, t: torch.tensor(learner(h, x, t).item()),
+    }
+    for hint, fn in mistakes.items():
+        ok, out = passes(nb03.aux_loss, fn)
+        assert not ok and hint in out, (hint, out)

@@ -146,10 +146,12 @@ def test_arbitrary_pickle_is_refused_not_executed(tmp_path):
 
 
 def _tamper(path, fn):
-    """改动检查点的内容；去掉校验和，模拟没有校验和的旧格式文件（否则先报校验和不符）。"""
+    """改动检查点的内容，再按全部字段重算校验和（谁都能这样做出一个文件），
+    于是测到的是校验和后面的检查（否则先报校验和不符）。"""
     obj = torch.load(path, weights_only=True)
-    obj.pop("sha256", None)
     fn(obj)
+    if all(k in obj for k in checkpoint.CHECKSUM_COVERS):
+        obj["sha256"] = checkpoint.payload_sha256(obj)
     torch.save(obj, path)
 
 

@@ -32,10 +32,12 @@ def tiny(tok, seed=0) -> GPT:
 
 
 def rewrite(path, fn, keep_sha=True):
+    """改动检查点；``keep_sha=False`` 时按全部字段重算校验和（谁都能这样做出一个文件），
+    测的是校验和后面的检查。"""
     obj = torch.load(path, weights_only=True)
-    if not keep_sha:
-        obj.pop("sha256")
     fn(obj)
+    if not keep_sha and all(k in obj for k in checkpoint.CHECKSUM_COVERS):
+        obj["sha256"] = checkpoint.payload_sha256(obj)
     torch.save(obj, path)
 
 
@@ -66,13 +68,16 @@ def test_flipped_byte_in_the_file_is_detected(tmp_path, tok):
         checkpoint.load(path)
 
 
-def test_changed_tensor_is_detected_and_old_format_still_loads(tmp_path, tok):
+def test_changed_tensor_is_detected_and_file_without_checksum_needs_consent(tmp_path, tok):
     path = checkpoint.save(tmp_path / "m.pt", tiny(tok), tok)
     rewrite(path, lambda o: o["model"]["norm_f.weight"].mul_(2))
     with pytest.raises(CheckpointError, match="校验和不符"):
         checkpoint.load(path)
-    rewrite(path, lambda o: None, keep_sha=False)             # 没有 sha256 的旧格式：照常读取
-    model, _, _ = checkpoint.load(path)
+    rewrite(path, lambda o: [o.pop("sha256"), o.pop("sha256_covers")])   # 没有校验和的旧格式
+    with pytest.raises(CheckpointError, match="m.pt 没有校验和：无法确认配置、词表与 meta"):
+        checkpoint.load(path, trust_unverified=False)
+    with pytest.warns(checkpoint.UnverifiedCheckpointWarning, match="m.pt 没有校验和"):
+        model, _, _ = checkpoint.load(path, trust_unverified=True)     # 明确许可：照常读取
     assert torch.equal(model.norm_f.weight, torch.full_like(model.norm_f.weight, 2.0))
 
 
@@ -267,12 +272,25 @@ def test_checksum_covers_config_tokenizer_and_meta(saved, edit, what):
         checkpoint.load(saved)
 
 
-def test_legacy_checksum_still_loads(saved):
+def test_legacy_checksum_loads_only_with_consent_and_upgrades(saved, tmp_path, monkeypatch):
     def legacy(o):
         o.pop("sha256_covers")
         o["sha256"] = checkpoint.payload_sha256(o, checkpoint.LEGACY_COVERS)
     rewrite(saved, legacy)
-    checkpoint.load(saved)
+    monkeypatch.delenv(checkpoint.TRUST_ENV, raising=False)
+    with pytest.raises(CheckpointError, match="只覆盖权重与优化器的旧格式校验和.*"
+                                              "GPTCOURSE_TRUST_UNVERIFIED=1"):
+        checkpoint.load(saved)
+    monkeypatch.setenv(checkpoint.TRUST_ENV, "1")                 # 命令行的明确许可
+    with pytest.warns(checkpoint.UnverifiedCheckpointWarning):
+        old_model, _, _ = checkpoint.load(saved)
+    monkeypatch.delenv(checkpoint.TRUST_ENV)
+    new = checkpoint.upgrade(saved, tmp_path / "new.pt")          # 重存为新格式：权重不变
+    raw = checkpoint.load_raw(new)
+    assert raw["sha256_covers"] == list(checkpoint.CHECKSUM_COVERS)
+    model, _, _ = checkpoint.load(new)
+    for k, v in old_model.state_dict().items():
+        assert torch.equal(v, model.state_dict()[k]), k
 
 
 def test_config_must_have_every_field(saved):

@@ -3,7 +3,8 @@
 约定（``gptcourse.classroom`` 的学生版与自动评分都依赖它）：
 
 - 每个检查器用 ``@exercise`` 装饰，返回 True/False，打印“正确 ✓”、“还不对 ✗：…”或“还没完成：…”，
-  从不抛出异常；
+  从不抛出异常——除非在严格模式（``strict()``：nbgrader 运行时，或 ``GPTCOURSE_STRICT=1``）下，
+  这时没做完或做错会抛出 ``AssertionError``（文字相同），nbgrader 才会给 0 分；
 - 学员的函数还是存根（抛出 ``NotImplementedError``），或答案还是 ``None`` / ``...`` 时，
   检查器打印“还没完成”并返回 False，笔记本继续往下运行；
 - 每个练习的名字带章节：``"nb02.guess_offset"``（章节取自检查器所在的模块
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 import re
 from collections.abc import Callable
 
@@ -76,21 +78,43 @@ def results() -> list[dict]:
     return [dict(r) for r in RESULTS.values()]
 
 
+STRICT_ENV = ("NBGRADER_EXECUTION", "GPTCOURSE_STRICT")
+
+
+def strict() -> bool:
+    """严格模式：没做完或做错的练习让检查单元格**抛出** AssertionError（提示文字不变），
+    而不是打印了事——nbgrader 的 autograde / validate 据此给这一格 0 分。nbgrader 运行笔记本时
+    自己会设 ``NBGRADER_EXECUTION``；老师也可以设 ``GPTCOURSE_STRICT=1``。在 JupyterLab 里
+    照常打印，笔记本继续往下运行。"""
+    return bool(os.environ.get("NBGRADER_EXECUTION")) or \
+        os.environ.get("GPTCOURSE_STRICT", "") not in ("", "0")
+
+
 def exercise(checker: Callable) -> Callable:
-    """把一个检查器登记为练习：记录结果，把“还没写完”和意外错误都变成一句提示。"""
+    """把一个检查器登记为练习：记录结果，把“还没写完”和意外错误都变成一句提示。
+
+    记录结果的函数在装饰时就绑定（``record``），学员的函数在检查中途改掉
+    ``_common._record`` 也改不了这一次的结果；返回值是检查器自己的判断。"""
     name = checker.__name__
     chapter = chapter_of(checker.__module__)
+    record, is_strict = _record, strict
+
+    def finish(passed: bool, message: str) -> bool:
+        record(chapter, name, passed, message)
+        if not passed and is_strict():
+            raise AssertionError(message)
+        return passed
 
     @functools.wraps(checker)
     def run(*args, **kwargs) -> bool:
         _LAST.clear()
         for a in args:
             if a is None or a is Ellipsis:
-                return _record(chapter, name, False, _todo(f"{name} 的答案还是 {a!r}"))
+                return finish(False, _todo(f"{name} 的答案还是 {a!r}"))
             if getattr(a, STANDIN, None):                  # mine 换上的包里的版本：不是学员写的
-                return _record(chapter, name, False,
-                               _todo(f"{name}：这里拿到的是包里的代替品（{getattr(a, STANDIN)}），"
-                                     "先运行你写答案的那个单元格"))
+                return finish(False,
+                              _todo(f"{name}：这里拿到的是包里的代替品（{getattr(a, STANDIN)}），"
+                                    "先运行你写答案的那个单元格"))
         try:
             passed = bool(checker(*args, **kwargs))
             message = _LAST.get("message", "")
@@ -98,7 +122,7 @@ def exercise(checker: Callable) -> Callable:
             passed, message = False, _todo(str(e))
         except Exception as e:  # noqa: BLE001 - 检查器绝不能让笔记本停下
             passed, message = False, _fail(f"检查时出错 {type(e).__name__}: {e}")
-        return _record(chapter, name, passed, message)
+        return finish(passed, message)
 
     run.is_exercise = True
     run.chapter, run.key = chapter, f"{chapter}.{name}"

@@ -24,9 +24,12 @@ from ..data import get_batch
 from ..model import GPT
 from ..train import TrainConfig, batch_generator, train
 from ._common import _call, _fail, _ok, choice, exercise, register, results
+from .nb03_aux import (aux_loss, rhyme_targets, solution_aux_loss,  # noqa: F401
+                       solution_rhyme_targets)
 
 EXERCISES = ("cross_entropy", "perplexity", "param_groups", "lr_schedule", "train_step",
-             "accumulate_grads", "estimate_loss", "training_loop", "title_targets", "titled_step",
+             "accumulate_grads", "estimate_loss", "training_loop", "rhyme_targets", "aux_loss",
+             "title_targets", "titled_step",
              "early_stopping", "predict_init_loss", "predict_title_loss", "predict_bf16_gap",
              "predict_overfit", "predict_windows")
 PREDICTIONS = tuple(n for n in EXERCISES if n.startswith("predict_"))

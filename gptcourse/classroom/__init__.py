@@ -1,10 +1,12 @@
 """课堂工具：学生版笔记本、全班自动评分、把课程渲染成静态网站。
 
     python -m gptcourse.classroom student --out DIR          # 教师版 → 学生版（去掉答案与输出）
-    python -m gptcourse.classroom grade NB... [--csv F] [--jobs N] [--weights F]  # 沙箱里评分
+    python -m gptcourse.classroom grade NB... [--csv F] [--jobs N] [--weights F] [--feedback DIR]
     python -m gptcourse.classroom site --out DIR             # 五个笔记本（含提交的输出）→ 静态网站
 
 练习的标记沿用 nbgrader 的格式（答案夹在 ``### BEGIN SOLUTION`` / ``### END SOLUTION`` 之间，
-单元格元数据 ``nbgrader.solution`` / ``nbgrader.grade``），所以同一批教师版笔记本也能直接交给
-nbgrader 使用；评分本身用 ``gptcourse.check`` 的检查器，在沙箱里由裁判进程调用（见 ``grade.py``）。
+单元格元数据 ``nbgrader.solution`` / ``nbgrader.grade``），所以同一批教师版笔记本也能交给
+nbgrader（``generate_assignment`` 时把存根设成以“还没完成”开头，见 docs/teaching_guide.md）：
+nbgrader 运行时检查器进入严格模式，没做完或做错就抛出 AssertionError。评分本身用
+``gptcourse.check`` 的检查器，在沙箱里由裁判进程调用（见 ``grade.py``）。
 """

@@ -59,6 +59,8 @@ def grade_command(args) -> None:
                             (args.long_csv, gradebook.write_long_csv)):
             if path:
                 write(done, path, weights)
+        if args.feedback:
+            gradebook.write_feedback(sub, args.feedback, weights)
 
     subs = grade(args.notebooks, opts, jobs=args.jobs, on_result=save)
     print(gradebook.table(subs, weights))
@@ -86,6 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                         "每个学生一行，含总分与百分比）")
     g.add_argument("--long-csv", type=Path, help="长表 CSV：每个学生的每道题一行，含结果与说明")
     g.add_argument("--weights", type=Path, help="分值文件（.toml 或 .json），覆盖默认分值")
+    g.add_argument("--feedback", type=Path, metavar="DIR",
+                   help="给每个学生写一页 HTML 反馈（每道题的结果、得分与说明）到 DIR")
     g.add_argument("--jobs", type=_positive_int, default=os.cpu_count() or 1,
                    help="同时评几份作业（默认：CPU 核数）")
     g.add_argument("--timeout", type=_positive, default=600,

@@ -5,12 +5,15 @@
 1. 认出章节（评分单元格的 ``nbgrader.grade_id`` = ``nbXX-<练习>-check``，或文件名里的 01…05），
    找到这一章的教师版（默认 ``notebooks/0N_*.ipynb``，可用 ``reference`` 换成老师自己的版本）；
 2. 拼出要执行的笔记本：教师版的学生版（演示、检查单元格都取自教师版），其中每个练习单元格换成
-   作业里 ``grade_id`` 相同的单元格，而且只取其中的定义（``judge.sanitize``）；作业里删掉的练习
-   保留存根（计“未作答”），学生另加的单元格不执行；
-3. 在沙箱（``sandbox.py``）里运行 ``judge.py``：它自己调用检查器，每判完一题就往一个管道里写一行；
-   一个单元格超过 ``cell_timeout`` 秒就中断，超时的练习只计一次（它定义的函数随即停用）；整份
-   作业超过 ``timeout`` 秒就杀掉整个沙箱，没判到的题计“超时”；
-4. 评分进程核对管道里的每一行（练习名、顺序、不重复）；出现不是裁判写的内容，整份作业记 0 分。
+   作业里 ``grade_id`` 相同的单元格，学生另加（或改过）的代码单元格放在它前面最近的练习之后；
+   两者都只取其中的定义（``judge.sanitize``，改绑内置函数的定义被拒绝）；作业里删掉的练习保留
+   存根（计“未作答”）；一个字没写的作业不运行，每题“未作答”；
+3. 在沙箱（``sandbox.py``）里运行 ``judge.py``：它自己调用检查器，每判完一题就往一个管道里写一行
+   （带签名，密钥只经 spec 文件交给裁判）；学生的代码累计运行超过 ``cell_timeout`` 秒就中断，
+   超时的练习只计一次（它定义的函数随即停用）；整份作业超过 ``timeout`` 秒就杀掉整个沙箱，
+   没判到的题计“超时”；演示单元格出错、检查中途改动了评分用的对象，都作为说明写进备注；
+4. 评分进程核对管道里的每一行（签名、练习名、顺序、不重复）；出现不是裁判写的内容，整份作业
+   记 0 分。
 
 ``grade`` 用 ``jobs`` 个线程同时评多份作业（每份一个沙箱），每评完一份就回调 ``on_result``，
 所以评分中途被杀也不会丢掉已经评完的成绩。成绩表、CSV 与权重见 ``gradebook.py``。
@@ -18,6 +21,7 @@
 from __future__ import annotations
 
 import ast
+import hmac
 import importlib
 import json
 import os
@@ -37,7 +41,7 @@ import nbformat
 from ..errors import UserError
 from ..runtime import ROOT
 from . import sandbox
-from .judge import sanitize
+from .judge import sanitize, sign
 
 GRADE_ID = re.compile(r"^(nb0[1-5])-(.+)-check$")
 STATUSES = ("正确", "答案不对", "未作答", "出错", "超时")
@@ -118,8 +122,9 @@ def reference_path(chapter: str, reference: Path | None = None) -> Path:
     return found[0]
 
 
-def _check_call(source: str, where: str) -> tuple[str, str, list[str]]:
-    """教师版的检查单元格 ``gc.check.nbXX.name(参数…)`` → (nbXX, name, 参数源代码)。"""
+def _check_call(source: str, where: str) -> tuple[str, str, list[str], dict[str, str]]:
+    """教师版的检查单元格 ``gc.check.nbXX.name(参数…)``
+    → (nbXX, name, 参数的源代码, 关键字参数的源代码)。"""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
@@ -128,58 +133,140 @@ def _check_call(source: str, where: str) -> tuple[str, str, list[str]]:
         else None
     parts = ast.unparse(call.func).split(".") if isinstance(call, ast.Call) else []
     if len(parts) < 3 or parts[-3] != "check" or not re.fullmatch(r"nb0[1-5]", parts[-2]) \
-            or call.keywords or any(isinstance(a, ast.Starred) for a in call.args):
+            or any(k.arg is None for k in call.keywords) \
+            or any(isinstance(a, ast.Starred) for a in call.args):
         raise GradingError(f"{where}：检查单元格应当只有一行 gc.check.nbXX.<练习>(参数…)，"
                            f"收到 {source.strip()[:80]!r}")
-    return parts[-2], parts[-1], [ast.get_source_segment(source, a) or ast.unparse(a)
-                                  for a in call.args]
+
+    def text(node: ast.AST) -> str:
+        return ast.get_source_segment(source, node) or ast.unparse(node)
+    return parts[-2], parts[-1], [text(a) for a in call.args], \
+        {k.arg: text(k.value) for k in call.keywords}
+
+
+def _gid(cell) -> str:
+    return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+
+
+def _is_solution(cell) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("solution")) and bool(_gid(cell))
+
+
+def _is_check(cell) -> bool:
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return cell.get("cell_type") == "code" and bool(meta.get("grade")) \
+        and not meta.get("solution") and bool(GRADE_ID.match(_gid(cell)))
+
+
+def validate_reference(reference: nbformat.NotebookNode, where: str = "教师版") -> None:
+    """教师版的答案与检查一一对应，否则 GradingError：带 ``### BEGIN SOLUTION`` 的代码单元格
+    必须有 nbgrader ``solution`` 元数据（否则评分时用的是存根，这道题谁也得不了分），每个检查
+    单元格 ``nbXX-<名字>-check`` 必须有 grade_id 为 ``nbXX-<名字>`` 的答案单元格。"""
+    solutions = set()
+    for i, c in enumerate(reference.cells):
+        if c.get("cell_type") != "code":
+            continue
+        if _is_solution(c):
+            solutions.add(_gid(c))
+        elif "### BEGIN SOLUTION" in c.get("source", "") and not _is_check(c):
+            raise GradingError(f"{where}第 {i} 格有 ### BEGIN SOLUTION 但没有 nbgrader 的 "
+                               "solution 元数据：这道题评分时只会拿到存根")
+    for i, c in enumerate(reference.cells):
+        if _is_check(c) and _gid(c).removesuffix("-check") not in solutions:
+            raise GradingError(f"{where}第 {i} 格（{_gid(c)}）找不到它的答案单元格 "
+                               f"{_gid(c).removesuffix('-check')}")
+
+
+def _known_sources(*notebooks: nbformat.NotebookNode) -> set[str]:
+    return {c.get("source", "") for nb in notebooks for c in nb.cells
+            if c.get("cell_type") == "code"}
+
+
+def _student_cells(submission: nbformat.NotebookNode, base: nbformat.NotebookNode,
+                   reference: nbformat.NotebookNode) -> list[tuple[str | None, str]]:
+    """作业里学生自己写的（新加的或改过的）非练习代码单元格
+    → [(它前面最近的练习 grade_id, 源代码)]。
+    与学生版或教师版里某一格一字不差的单元格不算学生写的。"""
+    known = _known_sources(base, reference)
+    found, last = [], None
+    for c in submission.cells:
+        if c.get("cell_type") != "code":
+            continue
+        if _is_solution(c):
+            last = _gid(c)
+        elif not _is_check(c) and c.get("source", "").strip() and c.get("source") not in known:
+            found.append((last, c.get("source", "")))
+    return found
+
+
+def is_blank(submission: nbformat.NotebookNode, reference: nbformat.NotebookNode) -> bool:
+    """作业里的每个代码单元格都与学生版一字不差（一个字也没写）。"""
+    from .student import student_notebook
+    known = {c.source for c in student_notebook(reference).cells if c.cell_type == "code"}
+    return all(c.get("source", "") in known for c in submission.cells
+               if c.get("cell_type") == "code")
 
 
 def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNode,
                chapter: str, cell_timeout: float, where: str = "教师版") -> tuple[dict, list[str]]:
-    """教师版 + 作业 → 裁判要执行的单元格表，以及作业中被忽略的语句的说明。"""
+    """教师版 + 作业 → 裁判要执行的单元格表，以及作业中被忽略的语句的说明。
+
+    练习单元格换成作业里 grade_id 相同的那一格；学生自己加的（或改过的）代码单元格也算学生写的，
+    其中的定义放在它前面最近的那道练习之后（没有就放在第一道练习之前）。两种单元格都只取定义
+    （``judge.sanitize``）。"""
     from .student import student_notebook
 
-    def gid(cell) -> str:
-        return cell.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
-
-    def is_solution(cell) -> bool:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        return cell.get("cell_type") == "code" and bool(meta.get("solution")) and bool(gid(cell))
-
-    def is_check(cell) -> bool:
-        meta = cell.get("metadata", {}).get("nbgrader", {})
-        return cell.get("cell_type") == "code" and bool(meta.get("grade")) \
-            and not meta.get("solution") and bool(GRADE_ID.match(gid(cell)))
-
+    validate_reference(reference, where)
     answers: dict[str, str] = {}
     for c in submission.cells:
-        if is_solution(c):
-            answers.setdefault(gid(c), c.get("source", ""))
+        if _is_solution(c):
+            answers.setdefault(_gid(c), c.get("source", ""))
     base = student_notebook(reference)
-    checks = {GRADE_ID.match(gid(c)).group(2): c for c in base.cells if is_check(c)}
-    cells, notes = [], []
+    extra: dict[str | None, list[str]] = {}
+    for after, source in _student_cells(submission, base, reference):
+        extra.setdefault(after if after in answers else None, []).append(source)
+    checks = {GRADE_ID.match(_gid(c)).group(2): c for c in base.cells if _is_check(c)}
+    cells, notes, dropped_extra = [], [], 0
+
+    def add_extra(key) -> None:
+        nonlocal dropped_extra
+        for source in extra.pop(key, []):
+            text, names, dropped, error, refused = sanitize(source)
+            dropped_extra += dropped
+            notes.extend(f"你加的单元格：不能用 {n} 这个名字（它是内置函数或评分用的名字），已忽略"
+                         for n in refused)
+            if error is None and text:
+                cells.append({"kind": "student", "source": text, "names": names})
+
     for i, c in enumerate(base.cells):
         if c.cell_type != "code":
             continue
-        g = gid(c)
-        if is_check(c):
-            module, checker, args = _check_call(c.source, f"{where}第 {i} 格（{g}）")
+        g = _gid(c)
+        if _is_check(c):
+            module, checker, args, kwargs = _check_call(c.source, f"{where}第 {i} 格（{g}）")
             ex = _exercise_for(chapter, checker)
             if all(x.get("exercise") != ex or x["kind"] != "check" for x in cells):
                 cells.append({"kind": "check", "exercise": ex, "module": module,
-                              "checker": checker, "args": args})          # 每题只判一次
-        elif is_solution(c):
+                              "checker": checker, "args": args, "kwargs": kwargs})  # 每题只判一次
+        elif _is_solution(c):
+            if None in extra:
+                add_extra(None)
             short = g.split("-", 1)[-1]
             ex = (_exercise_for(chapter, _check_call(checks[short].source, g)[1])
                   if short in checks else g)
-            source, names, dropped, error = sanitize(answers.get(g, c.source))
+            source, names, dropped, error, refused = sanitize(answers.get(g, c.source))
             if dropped:
                 notes.append(f"练习 {ex}：忽略了 {dropped} 条直接执行的语句（评分只采用定义）")
+            notes.extend(f"练习 {ex}：不能用 {n} 这个名字（它是内置函数或评分用的名字），已忽略"
+                         for n in refused)
             cells.append({"kind": "solution", "exercise": ex, "source": source, "names": names,
                           "error": error})
+            add_extra(g)
         else:
             cells.append({"kind": "code", "source": c.source})
+    if dropped_extra:
+        notes.append(f"你加的单元格：忽略了 {dropped_extra} 条直接执行的语句（评分只采用定义）")
     order = exercise_names(chapter)
     checked = [c["exercise"] for c in cells if c["kind"] == "check"]
     exercises = sorted(dict.fromkeys(checked), key=lambda e: (
@@ -214,18 +301,31 @@ def _read_channel(fd: int, sink: list[str]) -> None:
                 sink.append(line.rstrip("\n"))
 
 
-def _collect(lines: list[str], expected: list[str]) -> tuple[dict[str, dict], bool, bool]:
-    """核对裁判写来的行 → (练习 → 判决, 是否写完, 是否被篡改)。"""
+def _collect(lines: list[str], expected: list[str], key: bytes
+             ) -> tuple[dict[str, dict], bool, bool, list[str]]:
+    """核对裁判写来的行 → (练习 → 判决, 是否写完, 是否被篡改, 说明)。
+
+    每行是 ``<签名> <内容>``，签名用只有裁判知道的 key 算出；签名不对、顺序不对、重复、格式
+    不对，都算篡改。"""
     verdicts: dict[str, dict] = {}
+    notes: list[str] = []
     done = tampered = False
-    for line in lines:
-        if line == "DONE" and not done:
+    for raw in lines:
+        mac, _, line = raw.partition(" ")
+        if not hmac.compare_digest(mac, sign(key, line)) or done:
+            tampered = True
+            break
+        if line == "DONE":
             done = True
             continue
         try:
             v = json.loads(line)
+            if isinstance(v, dict) and set(v) == {"note"} and isinstance(v["note"], str):
+                if len(notes) < 20:
+                    notes.append(v["note"][:300])
+                continue
             ex = v["exercise"]
-            ok = (not done and isinstance(v, dict) and ex in expected and ex not in verdicts
+            ok = (isinstance(v, dict) and ex in expected and ex not in verdicts
                   and expected.index(ex) == len(verdicts) and isinstance(v["passed"], bool)
                   and v["status"] in STATUSES and isinstance(v["message"], str)
                   and (v["status"] == "正确") == v["passed"])
@@ -236,14 +336,19 @@ def _collect(lines: list[str], expected: list[str]) -> tuple[dict[str, dict], bo
             break
         verdicts[ex] = {"passed": v["passed"], "status": v["status"],
                         "message": v["message"][:400]}
-    return verdicts, done, tampered
+    return verdicts, done, tampered, notes
 
 
-def _judge(spec: dict, opts: Options) -> tuple[dict[str, dict], str | None]:
+FORGED = "评分通道里出现了不是裁判写的内容（疑似伪造成绩）：整份作业记 0 分"
+
+
+def _judge(spec: dict, opts: Options) -> tuple[dict[str, dict], str | None, list[str]]:
     scratch = Path(tempfile.mkdtemp(prefix="gptcourse-grade-"))
+    key = os.urandom(32)
     try:
-        (scratch / "spec.json").write_text(json.dumps(spec, ensure_ascii=False),
-                                           encoding="utf-8")
+        (scratch / "spec.json").write_text(json.dumps({**spec, "key": key.hex()},
+                                                      ensure_ascii=False), encoding="utf-8")
+        os.chmod(scratch / "spec.json", 0o644)
         r, w = os.pipe()
         lines: list[str] = []
         reader = threading.Thread(target=_read_channel, args=(r, lines), daemon=True)
@@ -261,14 +366,14 @@ def _judge(spec: dict, opts: Options) -> tuple[dict[str, dict], str | None]:
         spec["log"] = out.log_tail
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    verdicts, done, tampered = _collect(lines, spec["order"])      # 裁判按笔记本的顺序写
+    verdicts, done, tampered, notes = _collect(lines, spec["order"], key)   # 按笔记本的顺序写
     if tampered:
-        return {}, "评分通道里出现了不是裁判写的内容（疑似伪造成绩）：整份作业记 0 分"
+        return {}, FORGED, notes
     if out.returncode is None:
-        return verdicts, f"整份作业超过 {opts.timeout:g} 秒，已停止"
+        return verdicts, f"整份作业超过 {opts.timeout:g} 秒，已停止", notes
     if not done:
-        return verdicts, f"作业的进程意外退出（返回码 {out.returncode}），没判到的题记 0 分"
-    return verdicts, None
+        return verdicts, f"作业的进程意外退出（返回码 {out.returncode}），没判到的题记 0 分", notes
+    return verdicts, None, notes
 
 
 def grade_one(path: Path, opts: Options | None = None) -> Submission:
@@ -287,9 +392,18 @@ def grade_one(path: Path, opts: Options | None = None) -> Submission:
         sub.error = "认不出是哪一章的作业（没有评分单元格，文件名里也没有 01…05）"
         return sub
     ref = reference_path(sub.chapter, opts.reference)
-    spec, sub.notes = build_spec(nbformat.read(ref, as_version=4), nb, sub.chapter,
-                                 opts.cell_timeout, where=f"{ref.name} ")
-    verdicts, sub.error = _judge(spec, opts)
+    reference = nbformat.read(ref, as_version=4)
+    spec, sub.notes = build_spec(reference, nb, sub.chapter, opts.cell_timeout,
+                                 where=f"{ref.name} ")
+    if is_blank(nb, reference):                   # 一个字也没写：不必运行，每题都是“未作答”
+        sub.exercises = [{"exercise": name, "passed": False, "status": "未作答",
+                          "message": "还没完成：练习单元格还是学生版的原样",
+                          "judged": "not-run"}
+                         for name in spec["exercises"]]
+        sub.seconds = time.monotonic() - start
+        return sub
+    verdicts, sub.error, judge_notes = _judge(spec, opts)
+    sub.notes += judge_notes
     if sub.error:
         sub.log = spec.get("log", "")[-2000:]
     for name in spec["exercises"]:
@@ -298,7 +412,8 @@ def grade_one(path: Path, opts: Options | None = None) -> Submission:
             timed_out = sub.error and sub.error.startswith("整份作业超过")
             v = {"passed": False, "status": "超时" if timed_out else "出错",
                  "message": ("超时：" if timed_out else "出错：") + (sub.error or "没有判到这一题")}
-        sub.exercises.append({"exercise": name, **v})
+        # 判决是在与学生代码同一个进程里得出的（检查器直接调用学生的函数；见 judge.py 的说明）
+        sub.exercises.append({"exercise": name, **v, "judged": "in-process"})
     sub.seconds = time.monotonic() - start
     return sub
 

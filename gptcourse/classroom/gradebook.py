@@ -30,6 +30,9 @@ from .grade import Submission
 
 KIND_WEIGHTS = {"predict": 1.0, "build": 2.0}
 KIND_NAMES = {"predict": "预测题", "build": "编程题"}
+# 判决是怎样得出的：in-process = 裁判在与学生代码同一个进程里调用检查器；
+# not-run = 一个字没写，没有运行
+JUDGED = {"in-process": "同进程", "not-run": "未运行"}
 MARKS = {"正确": "✓", "答案不对": "✗", "未作答": "·", "出错": "!", "超时": "T"}
 Weights = dict[str, dict[str, float]]
 
@@ -105,6 +108,20 @@ def weight(chapter: str, name: str, weights: Weights | None = None) -> float:
         return weights[chapter][name]
     kind = exercise_kind(chapter, name)
     return weights.get("kinds", {}).get(kind, KIND_WEIGHTS[kind])
+
+
+def points_table() -> str:
+    """教师指南里“作业与分值”的表：五章 ``EXERCISES`` 按种类分列，满分按默认分值算。"""
+    from .grade import exercise_names
+    rows = ["| 章 | 编程题（2 分） | 预测题（1 分） | 满分 |", "|---|---|---|---:|"]
+    for num in range(1, 6):
+        chapter = f"nb0{num}"
+        names = exercise_names(chapter)
+        build = [n for n in names if exercise_kind(chapter, n) == "build"]
+        predict = [n for n in names if exercise_kind(chapter, n) != "build"]
+        total = sum(weight(chapter, n) for n in names)
+        rows.append(f"| 0{num} | {'、'.join(build)} | {'、'.join(predict)} | {total:g} |")
+    return "\n".join(rows)
 
 
 def scored(sub: Submission, weights: Weights | None = None) -> list[dict]:
@@ -192,6 +209,7 @@ def write_csv(subs: list[Submission], path: Path, weights: Weights | None = None
                              if s.chapter else {})
         if s.error:
             row["notes"].append(s.error)
+        row["notes"] += s.notes                      # 忽略的语句、演示单元格出错、疑似伪造……
 
     def write(f) -> None:
         w = csv.writer(f)
@@ -211,11 +229,13 @@ def write_long_csv(subs: list[Submission], path: Path, weights: Weights | None =
     """长表：每个学生的每道题一行（说明里的换行换成空格）。"""
     def write(f) -> None:
         w = csv.writer(f)
-        w.writerow(["学号", "姓名", "笔记本", "章节", "练习", "结果", "得分", "分值", "说明"])
+        w.writerow(["学号", "姓名", "笔记本", "章节", "练习", "结果", "得分", "分值", "说明",
+                    "判决"])
         for s in subs:
             for r in (scored(s, weights) if s.chapter else []):
                 w.writerow([s.student, s.name, str(s.path), s.chapter, r["exercise"], r["status"],
-                            _fmt(r["points"]), _fmt(r["weight"]), " ".join(r["message"].split())])
+                            _fmt(r["points"]), _fmt(r["weight"]), " ".join(r["message"].split()),
+                            JUDGED.get(r.get("judged", ""), "")])
             if not s.exercises:
                 w.writerow([s.student, s.name, str(s.path), s.chapter or "", "", "出错", 0, 0,
                             s.error or ""])
@@ -234,3 +254,54 @@ def write_json(subs: list[Submission], path: Path, weights: Weights | None = Non
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
     os.replace(tmp, path)
+
+
+FEEDBACK_CSS = """body{font-family:"Noto Sans CJK SC","PingFang SC","Microsoft YaHei",sans-serif;
+max-width:860px;margin:2em auto;padding:0 1em;color:#222;line-height:1.6}
+table{border-collapse:collapse;width:100%}th,td{border:1px solid #ccc;padding:.4em .6em;
+vertical-align:top;text-align:left}th{background:#f4f0ec}pre{margin:0;white-space:pre-wrap;
+font-family:inherit}.正确{color:#186a3b}.答案不对,.出错,.超时{color:#a93226}.未作答{color:#777}"""
+
+
+def feedback_name(sub: Submission) -> str:
+    """一份作业的反馈页文件名：``<学号>_<姓名>_<章节>.html``。"""
+    safe = re.sub(r"[^\w.-]+", "_", f"{sub.student}_{sub.name}_{sub.chapter or '未知'}")
+    return f"{safe}.html"
+
+
+def feedback_page(sub: Submission, weights: Weights | None = None) -> str:
+    """给学生看的反馈页（像 nbgrader 的 generate_feedback）：每道题的结果、得分与检查器的说明，
+    再加备注；不含裁判的日志（那只给老师排查）。"""
+    from html import escape
+    rows = []
+    for r in (scored(sub, weights) if sub.chapter else []):
+        rows.append(f'<tr><td>{escape(r["exercise"])}</td>'
+                    f'<td class="{escape(r["status"])}">{MARKS.get(r["status"], "")} '
+                    f'{escape(r["status"])}</td><td>{_fmt(r["points"])} / {_fmt(r["weight"])}</td>'
+                    f'<td><pre>{escape(r["message"])}</pre></td></tr>')
+    got, full = totals(sub, weights) if sub.chapter else (0.0, 0.0)
+    notes = [sub.error] if sub.error else []
+    notes += sub.notes
+    title = f"{sub.student} {sub.name} · {sub.chapter or '？'} 评分反馈"
+    return ("<!DOCTYPE html><html lang=\"zh-CN\"><head><meta charset=\"utf-8\">"
+            "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
+            f"<title>{escape(title)}</title><style>{FEEDBACK_CSS}</style></head><body>"
+            f"<h1>{escape(title)}</h1><p>作业：{escape(sub.path.name)}；"
+            f"得分 <b>{_fmt(got)} / {_fmt(full)}</b></p>"
+            "<table><tr><th>练习</th><th>结果</th><th>得分</th><th>说明</th></tr>"
+            + "".join(rows) + "</table>"
+            + ("<h2>备注</h2><ul>" + "".join(f"<li>{escape(n)}</li>" for n in notes) + "</ul>"
+               if notes else "")
+            + "<p>说明来自课程的检查器：在你自己的笔记本里运行同一个检查单元格，"
+            "会看到同样的提示。</p>"
+            "</body></html>\n")
+
+
+def write_feedback(sub: Submission, folder: Path, weights: Weights | None = None) -> Path:
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / feedback_name(sub)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(feedback_page(sub, weights), encoding="utf-8")
+    os.replace(tmp, path)
+    return path

@@ -1,14 +1,20 @@
 """评分的“裁判”：在沙箱里按教师版的顺序执行一份作业，由裁判自己调用检查器，把判决写进一个管道。
 
-作业里由学生写的只有练习单元格（nbgrader ``solution``），而且只取其中的**定义**（见
-``sanitize``）：``def`` / ``class`` / ``import`` / 由常量算出的赋值。单元格里直接执行的语句——
-改写 ``RESULTS``、替换检查器、注册 IPython 钩子、改课程包的源文件——一律不执行；其余单元格
-（演示、检查）取自教师版，学生改不了。检查器的句柄在任何学生代码运行之前就取好；每次检查前
-把 ``gptcourse.check.*`` 与 ``builtins`` 的全局变量恢复原样；判决取检查器的返回值，说明文字取
-检查器自己的记录，且只认“正确 / 还不对： / 还没完成：”开头、截断到 ``MESSAGE_CAP`` 个字。
+作业里由学生写的只有练习单元格（nbgrader ``solution``）和学生自己加的（或改过的）代码单元格，
+而且只取其中的**定义**（见 ``sanitize``）：``def`` / ``class`` / ``import`` / 由常量算出的赋值。
+单元格里直接执行的语句——改写 ``RESULTS``、替换检查器、注册 IPython 钩子、改课程包的源文件——
+一律不执行；改绑内置函数或评分用的名字的定义（``def len``）整条拒绝，因为定义时允许调用的
+``len(…)`` 会因此运行学生的代码。其余单元格（演示、检查）取自教师版，学生改不了。
+
+检查器的句柄在任何学生代码运行之前就取好；每次检查前把 ``gptcourse.check.*`` 与 ``builtins`` 的
+全局变量恢复原样、换回真的检查器；检查中途这些被改动，这一题记 0 分并写一条说明。判决取检查器的
+返回值（``@exercise`` 在装饰时绑定 ``_record``），说明文字取检查器自己的记录，且只认“正确 /
+还不对： / 还没完成：”开头、截断到 ``MESSAGE_CAP`` 个字。每一行带一个签名，密钥只在 spec 文件里
+交给裁判（读完就删），学生直接往管道写的行签名不对。
 
 仍然做不到的（写进了 docs/teaching_guide.md）：学生的函数被检查器调用时和检查器在同一个进程里，
-一个**存心攻击裁判**的函数体仍可能改动它自己这份作业的判决；它碰不到别的作业、评分进程和仓库。
+一个**存心攻击裁判**的函数体仍可能在内存里找到密钥、或返回一个 ``__eq__`` 永远为真的对象，改动
+它自己这份作业的判决；它碰不到别的作业、评分进程和仓库。
 """
 from __future__ import annotations
 
@@ -18,11 +24,13 @@ import importlib
 import json
 import linecache
 import os
+import re
 import signal
 import sys
 import time
 
 MESSAGE_CAP = 300
+_PATH = re.compile(r"(?<![\w.])/(?:[^\s/'\"：，。）)]+/)*[^\s/'\"：，。）)]+")
 PREFIXES = ("正确", "还不对：", "还没完成：")
 SOLUTION_FILE = "<练习:{}>"
 
@@ -34,8 +42,19 @@ _SAFE_DECORATORS = {"torch.no_grad", "torch.inference_mode", "torch.enable_grad"
                     "functools.lru_cache", "dataclass", "dataclasses.dataclass"}
 # 这些名字在练习单元格里只能按惯例导入，不许被改绑（否则 @torch.no_grad() 就不再可信）
 _CONVENTIONAL = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "math": "math",
-                 "functools": "functools", "dataclasses": "dataclasses", "np": "numpy"}
+                 "functools": "functools", "dataclasses": "dataclasses", "np": "numpy",
+                 "re": "re", "collections": "collections", "gc": "gptcourse"}
 _FORBIDDEN_IMPORTS = ("gptcourse.check", "gptcourse.classroom", "builtins", "ctypes")
+# 定义时允许调用的库函数（模块名必须按惯例导入，见 _CONVENTIONAL）：只构造数据，不运行学生的代码
+_SAFE_LIBRARY_CALLS = {"re.compile", "collections.Counter", "collections.OrderedDict",
+                       "torch.tensor", "torch.arange", "torch.zeros", "torch.ones",
+                       "frozenset"}
+# 这两个方法会在定义时被调用（``A[0]``、``class B(A)``），类里不许定义
+_DEFINITION_TIME_HOOKS = {"__class_getitem__", "__init_subclass__"}
+# 这些名字不许被学生的 def / class / import / 赋值改绑：内置函数（定义时能调用的那些尤其危险：
+# ``def len(x): …`` 加上 ``_ = len(0)`` 就会在定义时运行学生的代码）、按惯例导入的模块、评分用的名字
+_RESERVED = (set(dir(builtins)) | _SAFE_CALLS | set(_CONVENTIONAL) | {"re", "collections", "gc"}
+             ) - {"__doc__", "__name__"}
 
 
 class CellTimeout(BaseException):
@@ -56,7 +75,7 @@ def _pure(node: ast.AST) -> bool:
     """表达式在定义时求值也不会运行任何学生代码：常量、名字、运算、少数内置/ math 函数。"""
     if isinstance(node, ast.Call):
         name = _dotted(node.func)
-        ok = name in _SAFE_CALLS or (name or "").startswith("math.")
+        ok = name in _SAFE_CALLS or name in _SAFE_LIBRARY_CALLS or (name or "").startswith("math.")
         return ok and all(_pure(a) for a in node.args) and \
             all(_pure(k.value) for k in node.keywords)
     if isinstance(node, ast.Lambda):
@@ -90,16 +109,19 @@ def _import_ok(node: ast.Import | ast.ImportFrom) -> bool:
     for a in node.names:
         bound = a.asname or a.name.split(".")[0]
         full = a.name if isinstance(node, ast.Import) else f"{node.module}.{a.name}"
-        if a.name == "*" or bound in _SAFE_CALLS:
+        if a.name == "*" or (bound in _RESERVED and bound not in _CONVENTIONAL):
             return False
         if bound in _CONVENTIONAL and full != _CONVENTIONAL[bound] and \
-                not (isinstance(node, ast.Import) and a.asname is None):
+                not (isinstance(node, ast.Import) and a.asname is None
+                     and a.name.split(".")[0] == _CONVENTIONAL[bound].split(".")[0]):
             return False
     return True
 
 
 def _definition(node: ast.stmt, in_class: bool = False) -> bool:
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        if in_class and node.name in _DEFINITION_TIME_HOOKS:
+            return False
         return all(map(_decorator_ok, node.decorator_list)) and _pure_args(node.args) and \
             (node.returns is None or _pure(node.returns))
     if isinstance(node, ast.ClassDef):
@@ -119,27 +141,41 @@ def _definition(node: ast.stmt, in_class: bool = False) -> bool:
     return isinstance(node, ast.Pass)
 
 
-def sanitize(source: str) -> tuple[str, list[str], int, str | None]:
-    """练习单元格 → (只含定义的源代码, 定义的名字, 丢掉的语句数, 语法错误说明或 None)。"""
+def _bound_names(n: ast.stmt) -> list[str]:
+    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [n.name]
+    if isinstance(n, ast.Assign):
+        return [t.id for t in n.targets if isinstance(t, ast.Name)]
+    if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name):
+        return [n.target.id]
+    if isinstance(n, (ast.Import, ast.ImportFrom)):
+        return [a.asname or a.name.split(".")[0] for a in n.names]
+    return []
+
+
+def _shadows(n: ast.stmt) -> list[str]:
+    """这条定义改绑了哪些保留的名字（按惯例的 import 除外，那由 _import_ok 管）。"""
+    if isinstance(n, (ast.Import, ast.ImportFrom)):
+        return [b for b in _bound_names(n) if b in _RESERVED and b not in _CONVENTIONAL]
+    return [b for b in _bound_names(n) if b in _RESERVED]
+
+
+def sanitize(source: str) -> tuple[str, list[str], int, str | None, list[str]]:
+    """练习单元格 → (只含定义的源代码, 定义的名字, 丢掉的语句数, 语法错误说明或 None,
+    被拒绝的名字)。改绑内置函数、按惯例导入的模块或评分用的名字（``def len``、``class math``、
+    ``sorted = …``）的定义整条拒绝，另外报告出来。"""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
-        return "", [], 0, f"第 {e.lineno} 行语法错误：{e.msg}"
-    kept = [n for n in tree.body if _definition(n)]
-    names = []
-    for n in kept:
-        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.append(n.name)
-        elif isinstance(n, ast.Assign):
-            names += [t.id for t in n.targets]
-        elif isinstance(n, ast.AnnAssign):
-            names.append(n.target.id)
-        elif isinstance(n, (ast.Import, ast.ImportFrom)):
-            names += [a.asname or a.name.split(".")[0] for a in n.names]
+        return "", [], 0, f"第 {e.lineno} 行语法错误：{e.msg}", []
+    refused = [b for n in tree.body for b in _shadows(n)]
+    kept = [n for n in tree.body if not _shadows(n) and _definition(n)]
+    names = [b for n in kept for b in _bound_names(n)]
     # 从语法树重新生成源代码：与原文语义完全相同（连同装饰器），而同一行里分号后面被丢掉的语句
     # 不会跟着混进来；注释没有了，不影响评分
     text = "\n\n".join(ast.unparse(n) for n in kept)
-    return text, names, len(tree.body) - len(kept), None
+    shadowing = sum(1 for n in tree.body if _shadows(n))
+    return text, names, len(tree.body) - len(kept) - shadowing, None, list(dict.fromkeys(refused))
 
 
 # ---------------------------------------------------------------- 裁判进程
@@ -150,19 +186,52 @@ def clean_message(passed: bool, message: object) -> str:
         return "正确"
     if not text.startswith(PREFIXES[1:]):
         return "还不对"
+    text = _PATH.sub("<路径>", text)                  # 异常文字里的绝对路径不带出沙箱
     return text if len(text) <= MESSAGE_CAP else text[:MESSAGE_CAP] + "…"
+
+
+STUDENT_FILE = "<学生单元格:{}>"
+TICK = 0.25                                   # 采样间隔：每隔这么久看一眼是不是在运行学生的代码
+
+
+class Disabled(NotImplementedError):
+    """超时之后停用的练习函数被调用（``mine`` 照样换成包里的版本，检查时记“依赖的练习 X 超时”）。"""
+
+
+def sign(key: bytes, text: str) -> str:
+    """判决行的签名：评分进程生成 key，只经 spec 文件交给裁判（裁判读完就删）。"""
+    import hashlib
+    import hmac
+    return hmac.new(key, text.encode("utf-8"), hashlib.sha256).hexdigest()
+
+
+def _student_frame(frame) -> bool:
+    prefixes = (SOLUTION_FILE.format("")[:-1], STUDENT_FILE.format("")[:-1])
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(prefixes):
+            return True
+        frame = frame.f_back
+    return False
 
 
 class _Judge:
     def __init__(self, spec: dict, channel) -> None:
-        self.spec, self.channel = spec, channel
+        self.spec = spec
         self.cell_timeout = float(spec["cell_timeout"])
+        key = bytes.fromhex(spec.pop("key", "")) or os.urandom(32)
+
+        def write(line: str) -> None:                 # key 只在这个闭包里
+            channel.write(f"{sign(key, line)} {line}\n")
+            channel.flush()
+        self._write = write
         # 检查器与被保护的模块：在任何学生代码运行之前取好
         self.checkers = {c["exercise"]: getattr(importlib.import_module(
             f"gptcourse.check.{c['module']}"), c["checker"])
             for c in spec["cells"] if c["kind"] == "check"}
+        self._checkers = tuple(sorted(self.checkers.items()))           # 检查器被换掉时认得出
         from gptcourse.check import _common
         self.common = _common
+        self.results = _common.RESULTS
         guarded = [m for n, m in sorted(sys.modules.items())
                    if n == "gptcourse.check" or n.startswith("gptcourse.check.")] + [builtins]
         self.snapshot = [(m, dict(vars(m))) for m in guarded]
@@ -171,6 +240,7 @@ class _Judge:
         self.defined: dict[str, list[str]] = {}                          # 练习 → 它定义的名字
         self.stuck: dict[str, str] = {}                                  # 练习 → 超时说明
         self.broken: dict[str, str] = {}                                 # 练习 → 定义时出错
+        self.tripped: str | None = None                                  # 这次检查碰到的停用练习
 
     def restore(self) -> None:
         """把检查器模块、builtins 与导入机制恢复成学生代码运行之前的样子。"""
@@ -183,17 +253,43 @@ class _Judge:
         sys.path[:], sys.meta_path[:], sys.path_hooks[:] = path, meta, hooks
         sys.path_importer_cache.clear()
 
+    def tampered(self) -> list[str]:
+        """学生代码运行时改绑了检查器模块或 builtins 里的哪些名字（新导入的子模块、warnings 的
+        登记表不算）。"""
+        import types
+        found = []
+        for module, saved in self.snapshot:
+            d = vars(module)
+            for key, value in d.items():
+                if key in saved and saved[key] is value:
+                    continue
+                if key not in saved and (isinstance(value, types.ModuleType)
+                                         or key == "__warningregistry__"):   # warnings 自己加的
+                    continue
+                found.append(f"{module.__name__}.{key}")
+            found += [f"{module.__name__}.{k}" for k in saved if k not in d]
+        return found
+
     def emit(self, exercise: str, passed: bool, status: str, message: str) -> None:
-        self.channel.write(json.dumps({"exercise": exercise, "passed": passed, "status": status,
-                                       "message": message}, ensure_ascii=False) + "\n")
-        self.channel.flush()
+        self._write(json.dumps({"exercise": exercise, "passed": passed, "status": status,
+                                "message": message}, ensure_ascii=False))
+
+    def note(self, text: str) -> None:
+        """不影响分数的说明（演示单元格出错、超时……），评分进程写进备注。"""
+        self._write(json.dumps({"note": text[:MESSAGE_CAP]}, ensure_ascii=False))
 
     def timed(self, fn, *args):
-        """在 cell_timeout 秒内运行 fn；超时抛 CellTimeout（之后每秒再抛一次，吞掉也没用）。"""
-        def alarm(signum, frame):
-            raise CellTimeout
-        signal.signal(signal.SIGALRM, alarm)
-        signal.setitimer(signal.ITIMER_REAL, self.cell_timeout, 1.0)
+        """运行 fn；学生的代码累计运行超过 cell_timeout 秒就抛 CellTimeout（之后每个采样点再抛
+        一次，吞掉也没用）。只在调用栈里有学生代码时计时：老师的演示代码再慢也不算超时。"""
+        used = [0.0]
+
+        def tick(signum, frame):
+            if _student_frame(frame):
+                used[0] += TICK
+                if used[0] >= self.cell_timeout:
+                    raise CellTimeout
+        signal.signal(signal.SIGALRM, tick)
+        signal.setitimer(signal.ITIMER_REAL, TICK, TICK)
         try:
             return fn(*args)
         finally:
@@ -203,9 +299,11 @@ class _Judge:
         """一道题超时：记下，并把它定义的函数换成立刻报错的存根，后面调用它的单元格不再等。"""
         why = f"超时：运行超过 {seconds:g} 秒被中断（后面用到它的单元格不再运行它）"
         self.stuck.setdefault(exercise, why)
+        judge = self
 
         def disabled(*args, **kwargs):
-            raise NotImplementedError(f"练习 {exercise} 超时，已停用")
+            judge.tripped = judge.tripped or exercise
+            raise Disabled(f"练习 {exercise} 超时，已停用")
         for name in self.defined.get(exercise, []):
             if callable(self.ns.get(name)):
                 self.ns[name] = disabled
@@ -221,7 +319,7 @@ class _Judge:
             tb = tb.tb_next
         return found
 
-    def run_code(self, source: str, filename: str) -> None:
+    def run_code(self, source: str, filename: str, label: str) -> None:
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         code = compile(source, filename, "exec")
         start = time.monotonic()
@@ -231,8 +329,12 @@ class _Judge:
             ex = self.culprit(e)
             if ex is not None:
                 self.stop(ex, round(time.monotonic() - start))
+            self.note(f"{label}：调用你写的代码超过 {self.cell_timeout:g} 秒，被中断"
+                      + (f"（练习 {ex}）" if ex else ""))
         except BaseException as e:  # noqa: BLE001 - 演示单元格出错不影响后面（与 allow_errors 相同）
             print(f"[{filename}] {type(e).__name__}: {e}", file=sys.stderr)
+            if not isinstance(e, NotImplementedError):
+                self.note(f"{label}出错（{type(e).__name__}），后面的单元格照常运行")
 
     def solution(self, cell: dict) -> None:
         ex = cell["exercise"]
@@ -249,7 +351,7 @@ class _Judge:
         except CellTimeout:
             self.stop(ex, self.cell_timeout)
         except BaseException as e:  # noqa: BLE001
-            self.broken[ex] = f"出错：练习单元格运行时出错 {type(e).__name__}: {e}"[:MESSAGE_CAP]
+            self.broken[ex] = f"出错：练习单元格运行时出错 {type(e).__name__}"
 
     def check(self, cell: dict) -> None:
         ex = cell["exercise"]
@@ -258,20 +360,34 @@ class _Judge:
         if ex in self.broken:
             return self.emit(ex, False, "出错", self.broken[ex])
         self.restore()
-        self.common.RESULTS.pop(cell["checker"], None)
+        self.checkers = dict(self._checkers)          # 前面的学生代码换掉的检查器不作数
+        self.results.pop(cell["checker"], None)
+        self.tripped = None
         start = time.monotonic()
         try:
             args = [eval(compile(a, "<检查参数>", "eval"), self.ns) for a in cell["args"]]
-            passed = self.timed(self.checkers[ex], *args) is True
+            kwargs = {k: eval(compile(a, "<检查参数>", "eval"), self.ns)
+                      for k, a in cell.get("kwargs", {}).items()}
+            passed = self.timed(lambda: self.checkers[ex](*args, **kwargs)) is True
         except CellTimeout as e:
             self.stop(self.culprit(e) or ex, round(time.monotonic() - start))
             return self.emit(ex, False, "超时", self.stuck.get(ex, "超时"))
         except NameError as e:
-            return self.emit(ex, False, "出错", f"出错：检查要用的名字不存在（{e}）"[:MESSAGE_CAP])
+            return self.emit(ex, False, "出错", f"出错：检查要用的名字 {e.name} 不存在")
         except BaseException as e:  # noqa: BLE001
-            return self.emit(ex, False, "出错", f"出错：{type(e).__name__}: {e}"[:MESSAGE_CAP])
+            return self.emit(ex, False, "出错", f"出错：{type(e).__name__}")
+        changed = self.tampered()
         self.restore()
-        results = self.common.RESULTS
+        if changed or tuple(sorted(self.checkers.items())) != self._checkers or \
+                self.common.RESULTS is not self.results:
+            what = "、".join(changed[:3]) or "裁判的检查器"
+            self.note(f"练习 {ex}：检查时你的代码改动了评分用的对象（{what}），疑似伪造成绩，"
+                      "这一题记 0 分")
+            return self.emit(ex, False, "出错", "出错：检查时改动了评分用的对象（疑似伪造成绩）")
+        if not passed and self.tripped:
+            return self.emit(ex, False, "超时", f"超时：依赖的练习 {self.tripped} 超时"
+                             "（它被中断后停用了）")
+        results = self.results
         record = results.get(cell["checker"]) or next(
             (r for k, r in results.items() if str(k).endswith(cell["checker"])), {})
         message = clean_message(passed, record.get("message"))
@@ -285,11 +401,13 @@ class _Judge:
                 self.solution(cell)
             elif cell["kind"] == "check":
                 self.check(cell)
+            elif cell["kind"] == "student":
+                self.restore()
+                self.run_code(cell["source"], STUDENT_FILE.format(i), "你加的单元格")
             else:
                 self.restore()
-                self.run_code(cell["source"], f"<单元格 {i}>")
-        self.channel.write("DONE\n")
-        self.channel.flush()
+                self.run_code(cell["source"], f"<单元格 {i}>", f"教师版第 {i} 个代码单元格")
+        self._write("DONE")
 
 
 def main(argv: list[str]) -> int:

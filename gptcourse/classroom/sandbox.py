@@ -76,12 +76,17 @@ def _base_args() -> list[str]:
 
 
 def _readable_roots() -> tuple[list[Path], list[tuple[str, str]]]:
-    """沙箱里只读可见的目录（系统目录、Python 的安装位置、sys.path 上的目录、课程仓库），
+    """沙箱里只读可见的目录（系统目录、Python 的安装位置、其中的 sys.path 目录、课程仓库），
     以及要照原样重建的符号链接（合并了 /usr 的系统上 /bin、/lib… 都是链接）。"""
     candidates = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
                                     "/libx32", "/etc")]
-    candidates += [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, ROOT]
-    candidates += [Path(p) for p in sys.path if p and Path(p).is_dir()]
+    python = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, ROOT]
+    candidates += python
+    # sys.path 上只取 Python 与课程包之内的目录：在 ``python -m`` 下 sys.path[0] 是老师的当前
+    # 目录（旧成绩册、别的章节的作业），``$HOME`` 也可能在上面——这些都不挂进沙箱
+    inside = [q.resolve() for q in python if q.exists()]
+    candidates += [Path(p) for p in sys.path if p and Path(p).is_dir()
+                   and any(Path(p).resolve().is_relative_to(q) for q in inside)]
     links = [(os.readlink(p), str(p)) for p in candidates[:7] if p.is_symlink()]
     keep: list[Path] = []
     for p in sorted({c.resolve() for c in candidates if c.exists()}, key=lambda q: len(q.parts)):

@@ -5,13 +5,15 @@
 
 错误的约定按**类型**分：:class:`gptcourse.errors.UserError`（用户输入有误，包括
 ``CheckpointError``、``UnknownCharacterError``、配置与采样参数的错误）→ stderr 上一行中文，
-退出码 2，没有堆栈。其余任何异常都是程序的问题，照常显示堆栈。``--debug`` 总是显示堆栈。
+退出码 2，没有堆栈。Ctrl+C → 一行“已中断”，退出码 130。其余任何异常都是程序的问题，照常显示堆栈。
+``--debug`` 总是显示堆栈。
 """
 from __future__ import annotations
 
 import argparse
 import importlib
 import sys
+import warnings
 
 from ..errors import UserError
 
@@ -39,8 +41,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """命令行上的警告也只占一行：“警告：……”。"""
+    print(f"警告：{' '.join(str(message).split())}", file=file or sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    warnings.showwarning = _one_line_warning
     command = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(command).parse_args(argv)
     try:
@@ -51,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(e).split())            # 保证只有一行
         print(f"错误：{message}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:                          # Ctrl+C：一行，不是堆栈；退出码 128 + SIGINT
+        if args.debug:
+            raise
+        print("已中断（Ctrl+C）", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

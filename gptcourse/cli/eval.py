@@ -24,16 +24,24 @@ def cli_arguments(p) -> None:
     p.add_argument("--batch-size", type=int, default=32)
 
 
+MAX_SAMPLES = 10_000                 # --samples 的上限
+LOGITS_BUDGET = 2**30                # 打分时一批 logits 的字节数上限（batch × block × V × 4）
+
+
 def cli_main(args) -> int:
     seeds = (release.GATE_SEEDS[0] if args.seed is None else args.seed,
              release.GATE_SEEDS[1] if args.samples is None else args.samples)
-    if seeds[1] < 1:
-        raise UserError(f"--samples 必须 ≥ 1，收到 {args.samples}")
+    if not 1 <= seeds[1] <= MAX_SAMPLES:
+        raise UserError(f"--samples 必须在 [1, {MAX_SAMPLES}] 之内，收到 {args.samples}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size 必须 ≥ 1，收到 {args.batch_size}")
     if args.temperature is not None:                           # 先检查参数，再做耗时的打分
         check_sampling_args(temperature=args.temperature)
     model, tok, meta = checkpoint.load(args.checkpoint)
+    per_row = model.config.block_size * model.config.vocab_size * 4
+    if args.batch_size * per_row > LOGITS_BUDGET:              # 分配之前：一批的 logits 放得下吗
+        raise UserError(f"--batch-size 最多 {LOGITS_BUDGET // per_row}（一批的 logits 不超过 "
+                        f"{LOGITS_BUDGET // 2**20} MiB），收到 {args.batch_size}")
     corpus = load_corpus(args.corpus)
     name = args.checkpoint or "随课程发布的模型"
     print(f"检查点：{name}（第 {meta['step']} 步）；语料 {args.corpus}")

@@ -41,9 +41,12 @@ def cli_arguments(p) -> None:
     p.add_argument("--device", default=None, help="cpu / cuda / mps（默认自动选择）")
 
 
+MAX_SAMPLES = 10_000          # -n 的上限（成批生成时 KV 缓存按批分配，内存不随 -n 增长）
+
+
 def cli_main(args) -> int:
-    if args.num_samples < 1:
-        raise UserError(f"-n 必须 ≥ 1，收到 {args.num_samples}")
+    if not 1 <= args.num_samples <= MAX_SAMPLES:
+        raise UserError(f"-n 必须在 [1, {MAX_SAMPLES}] 之内，收到 {args.num_samples}")
     model, tok, meta = checkpoint.load(args.checkpoint,
                                        map_location=str(get_device(args.device)))
     given = {name: getattr(args, name) for name in (*release.SETTING_KEYS, *VERSE_FIELDS)}

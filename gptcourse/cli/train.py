@@ -107,6 +107,7 @@ def cli_main(args) -> int:
     if not (math.isfinite(args.aux_weight) and args.aux_weight > 0):
         raise UserError(f"--aux-weight 必须是 > 0 的有限数，收到 {args.aux_weight}")
     out = checkpoint.check_writable(args.out)              # 训练之前就确认能写，而不是训练之后
+    _refuse_overwriting_init(args.init, out)               # 不覆盖训练的起点
     bf16 = False if args.no_bf16 else (True if args.bf16 else "auto")
     tcfg = TrainConfig(batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup,
                        max_steps=args.steps, max_minutes=args.minutes, grad_accum=args.grad_accum,
@@ -170,11 +171,14 @@ def cli_main(args) -> int:
               f"bf16={'开' if used_bf16 else '关'}（{bf16_reason}）；"
               f"进程数 {dist_utils.world_size()}")
 
+    written: dict = {}                                 # 这次训练写出的 best（不是以前留下的）
+
     def on_eval(step, val, is_best):                  # 只在 0 号进程上被调用
         m = {**meta, "val_loss": val, "history": history.to_dict()}
         checkpoint.save(last_path, model, tok, optimizer=optimizer, step=step, meta=m)
         if is_best:
             checkpoint.save(best_path, model, tok, step=step, meta=m, half=args.half)
+            written["best"] = step
 
     t0 = time.perf_counter()
     probes: list[dict] = []
@@ -192,22 +196,27 @@ def cli_main(args) -> int:
                        "form_rate": sum(map(verse.is_valid_form, poems)) / len(poems),
                        "rhyme_rate": rhyme, "tonal_share": tonal})
 
-    diverged = None
+    diverged = interrupted = None
     try:
         history = train(model, train_ids, val_ids, tcfg, optimizer=optimizer, history=history,
                         on_eval=on_eval, starts=starts, targets=targets, callbacks=[probe],
                         objectives=aux)
     except TrainingDiverged as e:               # 发散：留下发散之前最好的那一版（若有）
         diverged, history = e, e.history
+    except KeyboardInterrupt:                   # Ctrl+C：同上，一行说明，退出码 130
+        interrupted = "已中断（Ctrl+C）"
     wall = time.perf_counter() - t0
     steps = history.steps[-1]["step"] if history.steps else 0
     if args.dump_rank_state:
         _dump_rank_state(Path(args.dump_rank_state), rank, model, history)
-    if rank == 0 and diverged is not None and not best_path.exists():
-        print(f"错误：{diverged}。在那之前没有一次有限的验证损失，所以没有写出检查点 {out}",
+    failed, code = (f"错误：{diverged}", 1) if diverged is not None else (interrupted, 130)
+    if rank == 0 and "best" not in written:       # 这次训练没有写出过 best：不拿以前留下的充数
+        why = "在那之前没有一次有限的验证损失" if diverged is not None else "还没有评估过一次"
+        stale = f"（{best_path.name} 是以前的训练留下的，没有动它）" if best_path.exists() else ""
+        print(f"{failed or '错误：训练结束'}。{why}，所以没有写出检查点 {out}{stale}",
               file=sys.stderr)
         dist_utils.cleanup()
-        return 1
+        return code if failed else 1
     if rank == 0:
         tokens = steps * tcfg.batch_size * cfg.block_size * tcfg.grad_accum * \
             dist_utils.world_size()
@@ -215,17 +224,35 @@ def cli_main(args) -> int:
                    "tokens_per_s": round(tokens / wall), "best_val_loss": history.best_val}
         if diverged is not None:
             summary["diverged_at_step"] = diverged.step
+        if interrupted:
+            summary["interrupted"] = True
         # 发布用的文件 = 验证损失最好的那一版（只含权重，不含优化器状态）
         model_best, _, _ = checkpoint.load(best_path)
         checkpoint.save(out, model_best, tok, step=steps,
                         meta={**meta, **summary, "history": history.to_dict()}, half=args.half)
-        if diverged is not None:
-            print(f"错误：{diverged}。已把发散之前验证损失最好的检查点写到 {out}："
-                  + json.dumps(summary, ensure_ascii=False), file=sys.stderr)
+        if failed:
+            when = "发散" if diverged is not None else "中断"
+            print(f"{failed}。已把{when}之前验证损失最好的检查点写到 {out}"
+                  f"（第 {written['best']} 步）：" + json.dumps(summary, ensure_ascii=False),
+                  file=sys.stderr)
         else:
             print("训练完成：" + json.dumps(summary, ensure_ascii=False))
     dist_utils.cleanup()
-    return 1 if diverged is not None else 0
+    return code if failed else 0
+
+
+def _refuse_overwriting_init(init, out: Path) -> None:
+    """--init 的文件若正是这次训练要写的 --out、<out>.best.pt 或 <out>.last.pt，训练会覆盖
+    它的起点：训练之前就拒绝（退出码 2），请换一个 --out。"""
+    if init is None:
+        return
+    init = Path(init)
+    for target in (out, out.with_suffix(".best.pt"), out.with_suffix(".last.pt")):
+        same = (init.exists() and target.exists() and init.samefile(target)) or \
+            init.resolve() == target.resolve()
+        if same:
+            raise UserError(f"--init {init} 正是这次训练要写的 {target.name}：训练会覆盖它的起点。"
+                            f"请换一个 --out（例如 {out.with_name(out.stem + '_ft.pt')}）")
 
 
 def _command(args) -> str:

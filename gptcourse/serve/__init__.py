@@ -50,7 +50,7 @@ from .http import (
 from ..titles import MAX_TITLE
 from ..verse import FORMS
 from .params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT, RANGES, ZERO_OK, brief,
-                     parse_params, result)
+                     check_defaults, parse_params, result)
 
 STATIC = Path(__file__).parent / "static"
 FONT = Path(__file__).parent.parent / "fonts" / "GPTCourseCJKSans-Regular.otf"   # 课程字体
@@ -312,12 +312,13 @@ def make_server(model, tok, host: str = "127.0.0.1", port: int = 8000, verbose: 
     """建好（但不启动）服务器；``port=0`` 让系统挑一个空闲端口（见 ``server.server_address``）。
 
     ``defaults``：请求里没给的解码参数取这里的值（命令行传入检查点的发布设置）。"""
-    model.eval()
-    server = DemoServer((host, port), Handler, limits or Limits())
-    server.model, server.tok, server.verbose = model, tok, verbose
     given = {k: v for k, v in (defaults or {}).items() if k in DEFAULTS}
     if given.get("top_p", 0) is None:
         given["top_p"] = 1.0            # 网页的滑块：不截断 = top-p 1（p ≥ 1 时不过滤）
+    check_defaults(given, tok)          # 超出网页范围的发布设置：启动时拒绝，不是每个请求 400
+    model.eval()
+    server = DemoServer((host, port), Handler, limits or Limits())
+    server.model, server.tok, server.verbose = model, tok, verbose
     server.defaults = {**DEFAULTS, **given}
     server.policy = HostPolicy(host, allow_hosts, allow_origins)
     return server

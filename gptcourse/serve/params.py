@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 
+from ..errors import UserError
 from ..generate import VerseSpec
 from ..release import FALLBACK, fit_prompt, whole_poem_only
 from ..sampling import SamplingParams
@@ -101,12 +102,8 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
         raise ApiError(400, f"form 只能是 {'、'.join(FORMS)} 之一，收到 {brief(p['form'])}",
                        f"form must be one of {list(FORMS)}")
     p["form"] = p["form"] if p["form"] in FORMS else None
-    for key, (lo, hi) in RANGES.items():
-        if p[key] is not None:                      # top_p 可以是 None（不截断）
-            _number(p, key, lo, hi, zero_ok=key in ZERO_OK)
-    if p["top_k"] is not None:
-        _number(p, "top_k", 0, tok.vocab_size, integer=True)
-        p["top_k"] = p["top_k"] or None                     # 0 = 不限
+    _check_ranges(p, tok)
+    p["top_k"] = p["top_k"] or None                         # 0 = 不限
     if p["max_new_tokens"] is not None:
         _number(p, "max_new_tokens", 1, MAX_NEW_TOKENS, integer=True)
     if p["seed"] is not None:
@@ -116,6 +113,26 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
             raise ApiError(400, f"{key} 必须是 true 或 false，收到 {brief(p[key])}",
                            f"{key} must be a boolean")
     return fit_prompt(tok, p["prompt"], p, given)   # 发布设置写不下去的开头：不加它，说一声
+
+
+def _check_ranges(p: dict, tok) -> None:
+    """采样参数在网页的范围之内（``RANGES``、``ZERO_OK``；top_k 在 [0, 词表大小]）→ 否则 ApiError。"""
+    for key, (lo, hi) in RANGES.items():
+        if p[key] is not None:                      # top_p 可以是 None（不截断）
+            _number(p, key, lo, hi, zero_ok=key in ZERO_OK)
+    if p["top_k"] is not None:
+        _number(p, "top_k", 0, tok.vocab_size, integer=True)
+
+
+def check_defaults(defaults: dict, tok) -> None:
+    """服务器的默认解码设置（检查点的发布设置）必须在网页的范围（``RANGES``，比库更严）之内：
+    否则每个没带这个字段的请求都会得到 400。启动时就拒绝 → UserError（命令行：一行，退出码 2）。"""
+    p = {**DEFAULTS, **defaults}
+    try:
+        _check_ranges(p, tok)
+    except ApiError as e:
+        raise UserError(f"检查点的发布设置超出网页服务的范围：{e.zh}。网页不能用这组默认设置；"
+                        "请换一个检查点，或用 generate 命令（库的范围更宽）") from None
 
 
 def result(p: dict, text: str, seconds: float) -> dict:
