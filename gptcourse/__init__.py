@@ -57,10 +57,38 @@ MODULES = (*(m for layer, names in LAYERS.items() if layer not in ("L7", "X") fo
            "bench")
 
 if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
-    from . import (acceptance, bench, bpe, check, checkpoint, config, constraints, data,
-                   distributed, errors, evaluate, generate, mistakes, model, objectives, precision,
-                   quantize, release, rhyme_probe, rope, runtime, sampling, serve, titled, titles,
-                   tokenizer, train, verse, viz, walkthrough)
+    from . import (
+        acceptance,
+        bench,
+        bpe,
+        check,
+        checkpoint,
+        config,
+        constraints,
+        data,
+        distributed,
+        errors,
+        evaluate,
+        generate,
+        mistakes,
+        model,
+        objectives,
+        precision,
+        quantize,
+        release,
+        rhyme_probe,
+        rope,
+        runtime,
+        sampling,
+        serve,
+        titled,
+        titles,
+        tokenizer,
+        train,
+        verse,
+        viz,
+        walkthrough,
+    )
 
 
 @dataclass(frozen=True)

@@ -34,11 +34,11 @@ from pathlib import Path
 
 import torch
 
+from .bpe import BPETokenizer
 from .config import GPTConfig
 from .errors import MissingFileError, UserError
 from .model import GPT
 from .runtime import DATA_DIR
-from .bpe import BPETokenizer
 from .tokenizer import CharTokenizer, Tokenizer, check_dict
 
 FORMAT = "gptcourse-checkpoint-v1"

@@ -34,15 +34,32 @@ BPE 分词器也能用（不是整字的词元在约束下一律不允许）。
 from __future__ import annotations
 
 import weakref
-from functools import lru_cache
+from functools import cache
 from typing import NamedTuple
 
 import torch
 
 from .errors import UserError
-from .verse import (BOTH, COMMA, FORMS, PERIOD, PING, PUNCT, ZE, RhymeGroupError, end_marks,
-                    foot_lines, group_names, is_hanzi, ping_groups, resolve_group, rhyme_lines,
-                    tone, tone_pairs, tone_positions)
+from .verse import (
+    BOTH,
+    COMMA,
+    FORMS,
+    PERIOD,
+    PING,
+    PUNCT,
+    ZE,
+    RhymeGroupError,
+    end_marks,
+    foot_lines,
+    group_names,
+    is_hanzi,
+    ping_groups,
+    resolve_group,
+    rhyme_lines,
+    tone,
+    tone_pairs,
+    tone_positions,
+)
 
 _OPPOSITE = {PING: ZE, ZE: PING}
 RELAXED = {                    # fallbacks 里的名字 → 告诉用户的一句话（解码循环把它交给调用方）
@@ -108,7 +125,7 @@ def _vocab(tok, device=None) -> _Vocab:
     return v
 
 
-@lru_cache(maxsize=None)
+@cache
 def _pairs_ending_at(line_len: int, n_lines: int) -> dict[tuple[int, int], list]:
     """(句, 字) → 后写的一端是它的平仄规则；讲平仄的位置都在里面（可能是空列表）。"""
     out: dict[tuple[int, int], list] = {(k, p): [] for k in range(n_lines)

@@ -32,8 +32,15 @@ import torch
 from .constraints import RELAXED, VerseConstraint
 from .errors import UserError
 from .model import eval_mode
-from .sampling import (NEG_INF, SamplingParams, apply_temperature, penalize, sample_with,
-                       top_k_filter, top_p_filter)
+from .sampling import (
+    NEG_INF,
+    SamplingParams,
+    apply_temperature,
+    penalize,
+    sample_with,
+    top_k_filter,
+    top_p_filter,
+)
 from .titles import OPEN, check_title, format_title
 from .titles import strip as strip_title
 from .verse import FORMS

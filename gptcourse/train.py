@@ -28,7 +28,6 @@ from .model import GPT
 from .objectives import Objective, WithObjectives
 from .precision import BF16_MODES, Bf16Weights, resolve_bf16
 
-
 # 尺寸的硬上限（再大的值只会是笔误）；内存够不够另由 check_memory 按模型与机器估计
 MAX_SIZES = {"batch_size": 2**16, "grad_accum": 2**12, "eval_batches": 10**4}
 MAX_SEED = 2**32                  # NumPy 的种子范围 [0, 2³²)（runtime.set_seed 也设 NumPy）

@@ -54,7 +54,7 @@ from __future__ import annotations
 import itertools
 import random
 from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from functools import cache, lru_cache
 from typing import NamedTuple
 
 from .errors import UserError
@@ -291,7 +291,7 @@ class TonePair(NamedTuple):
     differ: bool
 
 
-@lru_cache(maxsize=None)
+@cache
 def tone_pairs(line_len: int, n_lines: int) -> tuple[TonePair, ...]:
     """全部平仄规则（顺序：分明、对、粘；规则见模块说明）。``check_tones`` 逐条检查它们，
     约束解码（:mod:`gptcourse.constraints`）在写 (b, j) 这个字时用后一端是它的那几条。

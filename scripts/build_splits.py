@@ -16,7 +16,7 @@ import re
 import sys
 from collections import Counter
 
-from gptcourse.data import (SPLITS, _lines, _near_pairs, assign_splits, leak_count, split_of)
+from gptcourse.data import SPLITS, _lines, _near_pairs, assign_splits, leak_count, split_of
 from gptcourse.runtime import DATA_DIR
 
 META = DATA_DIR / "tang_jinti_meta.tsv"

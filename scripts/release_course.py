@@ -14,7 +14,6 @@ import time
 import gptcourse as gc
 from gptcourse import release
 
-
 # 不加押韵约束的设置在 100 首上全部没有通过“押韵率”（自由押韵率 2–7 %，门槛 78 %；
 # 完整网格用 --full-grid 重跑），所以默认只比较加押韵约束的设置，省下一半时间。
 RHYMING_GRID = {"temperature": (0.8, 0.9), "top_p": (None, 0.95), "rhyme": (True,)}

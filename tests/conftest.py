@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import pytest
-
 from browser import chromium_available  # noqa: F401  浏览器测试的夹具（tests/browser.py）
 
 TINY_POEMS = [

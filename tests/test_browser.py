@@ -13,17 +13,15 @@ import time
 
 import pytest
 import torch
+from browser import chromium_session, needs_chromium  # tests/browser.py
 
 from gptcourse import checkpoint
 from gptcourse.config import preset
-from gptcourse.verse import check_form
 from gptcourse.data import load_corpus
 from gptcourse.model import GPT
 from gptcourse.serve import make_server
 from gptcourse.tokenizer import CharTokenizer
-from gptcourse.verse import analyze
-
-from browser import chromium_session, needs_chromium  # tests/browser.py
+from gptcourse.verse import analyze, check_form
 
 pytestmark = needs_chromium
 

@@ -9,9 +9,8 @@ import torch.nn.functional as F
 
 import gptcourse as gc
 from gptcourse.acceptance import distinct_n
-from gptcourse.verse import poem_form
 from gptcourse.check import nb04
-
+from gptcourse.verse import poem_form
 
 GUESSES = {"guess_ledger": nb04.GUESS_LEDGER, "guess_zigzag": nb04.GUESS_ZIGZAG,
            "guess_shuffled_tones": nb04.GUESS_SHUFFLED_TONES}

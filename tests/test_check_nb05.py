@@ -9,7 +9,6 @@ import torch
 import gptcourse as gc
 from gptcourse.check import nb05
 
-
 GUESSES = {"guess_frequency": nb05.GUESS_FREQUENCY, "guess_offset": nb05.GUESS_OFFSET}
 
 

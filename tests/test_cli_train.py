@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+
 import pytest
 
 from gptcourse import checkpoint, cli

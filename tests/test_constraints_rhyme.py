@@ -2,14 +2,12 @@
 from __future__ import annotations
 
 import pytest
-
 import torch
 
 import gptcourse as gc
 from gptcourse import cli
-from gptcourse.generate import sample_poems
 from gptcourse.constraints import VerseConstraint
-from gptcourse.generate import generate
+from gptcourse.generate import generate, sample_poems
 from gptcourse.tokenizer import CharTokenizer
 from gptcourse.verse import FORMS, RhymeGroupError, analyze, check_form, group_chars
 

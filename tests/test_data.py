@@ -9,8 +9,8 @@ import torch
 
 import gptcourse as gc
 from gptcourse import DATA_DIR
-from gptcourse.runtime import ROOT
 from gptcourse.data import WindowDataset, get_batch, load_corpus, split_of
+from gptcourse.runtime import ROOT
 
 
 def test_available_corpora_and_unknown_name_lists_them():
@@ -33,7 +33,7 @@ def test_load_is_independent_of_cwd(tmp_path, monkeypatch):
 @pytest.fixture(scope="module")
 def built():
     """scripts/build_splits.py 按干净的规则重算出的文件内容（只算一次）。"""
-    spec = importlib.util.spec_from_file_location("build_splits", ROOT / "scripts" / "build_splits.py")
+    spec = importlib.util.spec_from_file_location("build_splits", ROOT / "scripts" / "build_splits.py")  # noqa: E501
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module, module.build_files()
@@ -70,7 +70,7 @@ A = "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"
     ("白日依山尽，黄河入海留。欲穷万里目，更上一层楼。", True),     # 两句各差一字：仍有一半句子相同
     ("白日依山尽，黄河入海流。春眠不觉晓，处处闻啼鸟。", True),     # 一半句子相同（边界：恰好一半）
     ("白日依山尽，处处闻啼鸟。夜来风雨声，花落知多少。", False),    # 只有一句相同
-    ("白月依江尽，黄水出海流。欲穷千里目，更上一层楼。", True),     # 差两个字的句子不算相同，但还有两句
+    ("白月依江尽，黄水出海流。欲穷千里目，更上一层楼。", True),     # 差两个字的句子不算相同，但还有两句  # noqa: E501
     ("白月依江尽，黄水出海流。欲寻千载目，更上一层楼。", False),    # 只剩一句相同
 ])
 def test_near_duplicate_rule(other, same):
@@ -88,7 +88,7 @@ def test_variants_are_normalised_only_for_the_comparison():
 
 
 def test_assign_splits_keeps_groups_together_and_ignores_order():
-    poems = [A, "白日依山尽，黄河入海留。欲穷千里目，更上一层楼。", "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。"]
+    poems = [A, "白日依山尽，黄河入海留。欲穷千里目，更上一层楼。", "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。"]  # noqa: E501
     splits = gc.data.assign_splits(poems)
     assert splits[0] == splits[1] == split_of(min(poems[:2]))
     assert splits[2] == split_of(poems[2])                       # 没有近似重复：与旧规则相同

@@ -9,10 +9,27 @@ import torch.nn.functional as F
 
 import gptcourse as gc
 from gptcourse import cli
-from gptcourse.acceptance import (Check, SubstringIndex, acceptance_checks, acceptance_table,
-                                  copied_line_rate, distinct_n, repetition_rate, train_lines)
-from gptcourse.evaluate import (NGramCounts, baselines, loss_by_position, metrics_from_loss,
-                                poem_nll, split_loss, token_losses, uniform_baseline, window_plan)
+from gptcourse.acceptance import (
+    Check,
+    SubstringIndex,
+    acceptance_checks,
+    acceptance_table,
+    copied_line_rate,
+    distinct_n,
+    repetition_rate,
+    train_lines,
+)
+from gptcourse.evaluate import (
+    NGramCounts,
+    baselines,
+    loss_by_position,
+    metrics_from_loss,
+    poem_nll,
+    split_loss,
+    token_losses,
+    uniform_baseline,
+    window_plan,
+)
 from gptcourse.release import constraint_cost
 from gptcourse.verse import is_valid_form, poem_form, split_lines
 

@@ -9,14 +9,19 @@ import torch
 from gptcourse import checkpoint, cli
 from gptcourse.config import preset
 from gptcourse.constraints import VerseConstraint
-from gptcourse.verse import FORMS, check_form
-from gptcourse.verse import analyze, group_chars, tone
 from gptcourse.data import load_corpus
 from gptcourse.generate import generate, generate_batch, next_token_probs, stream_tokens
-from gptcourse.sampling import (apply_repetition_penalty, apply_temperature, sample_next,
-                                sample_rows, top_k_filter, top_p_filter)
 from gptcourse.model import GPT
+from gptcourse.sampling import (
+    apply_repetition_penalty,
+    apply_temperature,
+    sample_next,
+    sample_rows,
+    top_k_filter,
+    top_p_filter,
+)
 from gptcourse.tokenizer import CharTokenizer, UnknownCharacterError
+from gptcourse.verse import FORMS, analyze, check_form, group_chars, tone
 
 INF = float("-inf")
 

@@ -15,8 +15,15 @@ import pytest
 
 from gptcourse.classroom import sandbox
 from gptcourse.classroom.__main__ import main
-from gptcourse.classroom.grade import (GRADE_ID, REFERENCE, GradingError, build_spec,
-                                       exercise_names, is_blank, validate_reference)
+from gptcourse.classroom.grade import (
+    GRADE_ID,
+    REFERENCE,
+    GradingError,
+    build_spec,
+    exercise_names,
+    is_blank,
+    validate_reference,
+)
 from gptcourse.classroom.student import student_notebook
 
 CHAPTERS = {p.name[:2]: p for p in sorted(REFERENCE.glob("0[1-5]_*.ipynb"))}

@@ -253,7 +253,7 @@ def test_bpe_streaming_waits_for_whole_characters(tiny_corpus_text):
         assert all(p and not p.endswith("\ufffd") for p in pieces[:-1])    # 不切开一个字
 
 
-# ---------------------------------------------------------------- 本轮的探测（K4、K4b、K11、K32、K34）
+# ---------------------------------------------------------------- 本轮的探测（K4、K4b、K11、K32、K34）  # noqa: E501
 @pytest.fixture
 def saved(tmp_path, tok):
     return checkpoint.save(tmp_path / "m.pt", tiny(tok), tok)

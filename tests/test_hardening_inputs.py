@@ -9,13 +9,18 @@ import torch
 
 from gptcourse import DATA_DIR
 from gptcourse.bpe import BPETokenizer, encode_bytes, merge
+from gptcourse.checkpoint import tokenizer_from_dict
 from gptcourse.config import MAX_BLOCK_SIZE, GPTConfig, preset
 from gptcourse.evaluate import split_loss
 from gptcourse.generate import generate, generate_batch, next_token_probs
 from gptcourse.model import GPT
-from gptcourse.sampling import (GREEDY_BELOW, apply_repetition_penalty, apply_temperature,
-                                check_sampling_args, sample_next)
-from gptcourse.checkpoint import tokenizer_from_dict
+from gptcourse.sampling import (
+    GREEDY_BELOW,
+    apply_repetition_penalty,
+    apply_temperature,
+    check_sampling_args,
+    sample_next,
+)
 from gptcourse.tokenizer import CharTokenizer, Tokenizer, UnknownCharacterError
 
 

@@ -1,7 +1,8 @@
 """包的分层（``gptcourse.LAYERS``，说明见 gptcourse/__init__.py）：一个模块只导入比它低的层
 （同层可以，但不能成环），延迟导入（函数里的 import）也算。导入 ``a.b.c`` 会执行 ``a.b`` 的
-``__init__``，所以也算导入了 ``a.b``。依赖必须看得见：门面 ``import gptcourse``（之后 ``gc.<任何>``）
-与 ``importlib.import_module`` / ``__import__`` 只有门面、命令行（L7）和工具（X）可以用。
+``__init__``，所以也算导入了 ``a.b``。依赖必须看得见：门面 ``import gptcourse``
+（之后 ``gc.<任何>``）与 ``importlib.import_module`` / ``__import__`` 只有门面、
+命令行（L7）和工具（X）可以用。
 
 ``violations(pkg)`` 对一个包目录给出全部违规；下面的"栽进去的导入"在包的副本里各加一行，
 每一行都必须被抓住。"""
@@ -199,7 +200,7 @@ PLANTED = {
         "gptcourse.generate：第 {} 行 from gptcourse import 门面的名字" + HIDDEN),
     "import_module outside entry points": (
         "generate.py",
-        "\n\ndef _check():\n    import importlib\n    return importlib.import_module('gptcourse.check')\n",
+        "\n\ndef _check():\n    import importlib\n    return importlib.import_module('gptcourse.check')\n",  # noqa: E501
         "gptcourse.generate：第 {} 行 importlib.import_module(…)" + HIDDEN),
     "__import__ outside entry points": (
         "model.py", "\n\ndef _viz():\n    return __import__('gptcourse.viz')\n",
@@ -212,10 +213,10 @@ PLANTED = {
         "gptcourse.verse（L1）→ gptcourse.serve（L6）"),
     "teaching in a dynamic import inside mistakes": (
         "mistakes/__init__.py",
-        "\n\ndef _d():\n    import importlib\n    return importlib.import_module(f'{__name__}.demos')\n",
+        "\n\ndef _d():\n    import importlib\n    return importlib.import_module(f'{__name__}.demos')\n",  # noqa: E501
         "gptcourse.mistakes：第 {} 行 importlib.import_module(…)" + HIDDEN),
     "unregistered module": (
-        "newthing.py", "import gptcourse.errors\n", "gptcourse.newthing 不在分层表里：请在 gptcourse.LAYERS 里登记它"),
+        "newthing.py", "import gptcourse.errors\n", "gptcourse.newthing 不在分层表里：请在 gptcourse.LAYERS 里登记它"),  # noqa: E501
 }
 
 
@@ -229,7 +230,7 @@ def test_a_planted_import_is_caught(tmp_path, case):
     before = target.read_text(encoding="utf-8") if target.exists() else ""
     target.write_text(before + code, encoding="utf-8")
     marker = next((i for i, text in enumerate(code.split("\n"))
-                  if re.search(r"import gptcourse|from gptcourse|import_module\(|__import__\(", text)
+                  if re.search(r"import gptcourse|from gptcourse|import_module\(|__import__\(", text)  # noqa: E501
                   ), 0)
-    found = violations(pkg)                       # 没栽之前是 []（test_the_package_keeps_its_layers）
+    found = violations(pkg)                       # 没栽之前是 []（test_the_package_keeps_its_layers）  # noqa: E501
     assert message.format(before.count("\n") + 1 + marker) in found, found

@@ -8,7 +8,6 @@ import nbformat
 import pytest
 
 import gptcourse as gc
-
 from gptcourse.notebooks import NOTEBOOK_DIR, check_notebook, notebook_paths
 
 NOTEBOOKS = notebook_paths()

@@ -10,8 +10,7 @@ import torch
 from gptcourse import checkpoint, cli, objectives
 from gptcourse.config import preset
 from gptcourse.model import GPT
-from gptcourse.objectives import (PING_GROUPS, Objective, WithObjectives, rhyme_labels,
-                                  tone_labels)
+from gptcourse.objectives import PING_GROUPS, Objective, WithObjectives, rhyme_labels, tone_labels
 from gptcourse.tokenizer import CharTokenizer
 from gptcourse.train import TrainConfig, _batches, batch_generator, train
 

@@ -7,8 +7,13 @@ from gptcourse.bench import generation as bench_gen
 from gptcourse.config import preset
 from gptcourse.generate import generate
 from gptcourse.model import GPT
-from gptcourse.quantize import (compare, decode_speed, linear_summary, quantize_dynamic_int8,
-                                state_dict_bytes)
+from gptcourse.quantize import (
+    compare,
+    decode_speed,
+    linear_summary,
+    quantize_dynamic_int8,
+    state_dict_bytes,
+)
 from gptcourse.tokenizer import CharTokenizer
 
 

@@ -7,7 +7,6 @@ import pytest
 import torch
 
 import gptcourse.model as gc_model
-
 from gptcourse.config import preset
 from gptcourse.model import GPT
 from gptcourse.rope import apply_rope, apply_rope_interleaved, interleaved_to_half, rope_angles

@@ -17,14 +17,13 @@ import torch
 
 from gptcourse import serve
 from gptcourse.config import preset
-from gptcourse.verse import check_form
 from gptcourse.data import load_corpus
 from gptcourse.generate import generate
 from gptcourse.model import GPT
 from gptcourse.serve import MAX_BODY, MAX_PROMPT, Limits, make_server
 from gptcourse.serve.http import ClientGone, Gate, HostPolicy, host_name
 from gptcourse.tokenizer import CharTokenizer
-from gptcourse.verse import analyze
+from gptcourse.verse import analyze, check_form
 
 FAST = dict(header_timeout=0.5, body_timeout=0.5, write_timeout=2.0, queue_timeout=5.0)
 CJK = re.compile(r"[\u4e00-\u9fff]")
@@ -155,7 +154,7 @@ def test_stream_sends_pieces_then_done(server):
     ({"temperature": 1e-300}, "temperature"), ({"top_p": 1e-300}, "top_p"),
     ({"repetition_penalty": 1e-300}, "repetition_penalty"),
     ({"temperature": 10**400}, "temperature"), ({"prompt": [["春"]]}, "prompt"),
-    ({"rhyme": "yes"}, "rhyme"), ({"tones": 1}, "tones"), ({"rhyme": True, "form": "五绝", "prompt": "春眠不觉晓，处处闻啼鸟。"}, "韵"),
+    ({"rhyme": "yes"}, "rhyme"), ({"tones": 1}, "tones"), ({"rhyme": True, "form": "五绝", "prompt": "春眠不觉晓，处处闻啼鸟。"}, "韵"),  # noqa: E501
 ])
 def test_bad_values_get_400_with_a_message(server, body, word):
     for path in ("/api/generate", "/api/stream"):

@@ -10,10 +10,9 @@ import re
 from pathlib import Path
 
 import pytest
+from browser import chromium_session, needs_chromium  # tests/browser.py
 
 from gptcourse.classroom.__main__ import main
-
-from browser import chromium_session, needs_chromium  # tests/browser.py
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +29,7 @@ def test_site_has_home_and_five_chapters_and_loads_nothing_from_the_network(site
     for page in site.glob("*.html"):
         text = page.read_text(encoding="utf-8")
         # 浏览时会被加载的东西（脚本、样式、图、字体）都必须是本地文件或内嵌数据
-        loaded = re.findall(r'<(?:script|img|link|iframe|source)\b[^>]*?(?:src|href)="([^"]+)"', text)
+        loaded = re.findall(r'<(?:script|img|link|iframe|source)\b[^>]*?(?:src|href)="([^"]+)"', text)  # noqa: E501
         remote = [u for u in loaded if re.match(r"(https?:)?//", u)]
         assert remote == [], (page.name, remote[:3])
         for u in loaded:
@@ -90,7 +89,7 @@ def _column_and_math(driver, page):
 @needs_chromium
 @pytest.mark.parametrize("window, min_width", [("1400,1000", 700), ("400,900", 300)])
 def test_chapter_works_on_a_desktop_and_a_phone(site, window, min_width):
-    """1400 px 与 400 px：正文列至少 300 px 宽（手机上目录收进按钮里），公式用 KaTeX 的 TeX 字体排出。"""
+    """1400 px 与 400 px：正文列至少 300 px 宽（手机上目录收进按钮里），公式用 KaTeX 的 TeX 字体排出。"""  # noqa: E501
     with chromium_session(window=window) as driver:
         width, n_math, errors, tex_font, loaded = _column_and_math(
             driver, site / "03_training_loop.html")

@@ -7,12 +7,11 @@ import time
 
 import nbformat
 import pytest
+from browser import chromium_session, needs_chromium  # tests/browser.py
 
 from gptcourse.classroom.__main__ import main
 from gptcourse.classroom.site import chapters
 from gptcourse.classroom.slides import exercises, slide_groups
-
-from browser import chromium_session, needs_chromium  # tests/browser.py
 
 
 @pytest.fixture(scope="module")

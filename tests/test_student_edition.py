@@ -19,7 +19,6 @@ import nbformat
 import pytest
 
 import gptcourse as gc
-
 from gptcourse.classroom.student import BEGIN, END, HOW_TO_SUBMIT, student_notebook
 from gptcourse.runtime import ROOT
 

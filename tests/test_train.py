@@ -15,8 +15,19 @@ from gptcourse.config import preset
 from gptcourse.data import get_batch
 from gptcourse.model import GPT
 from gptcourse.tokenizer import CharTokenizer
-from gptcourse.train import (History, TrainConfig, TrainingDiverged, batch_generator, cosine_lr,
-                             estimate_loss, lr_at, make_optimizer, param_groups, train, train_step)
+from gptcourse.train import (
+    History,
+    TrainConfig,
+    TrainingDiverged,
+    batch_generator,
+    cosine_lr,
+    estimate_loss,
+    lr_at,
+    make_optimizer,
+    param_groups,
+    train,
+    train_step,
+)
 
 
 def tiny_model(seed: int = 0, vocab: int = 64, **kw) -> GPT:

@@ -9,9 +9,24 @@ import pytest
 import gptcourse as gc
 from gptcourse import verse
 from gptcourse.acceptance import REFERENCE_FRACTION, THRESHOLDS
-from gptcourse.verse import (analyze, check_form, check_rhyme, check_taboos, check_tones,
-                             group_chars, group_names, is_hanzi, poem_form, rates, resolve_group,
-                             rhyme_groups, shuffle_chars, split_lines, swap_rhymes, tone)
+from gptcourse.verse import (
+    analyze,
+    check_form,
+    check_rhyme,
+    check_taboos,
+    check_tones,
+    group_chars,
+    group_names,
+    is_hanzi,
+    poem_form,
+    rates,
+    resolve_group,
+    rhyme_groups,
+    shuffle_chars,
+    split_lines,
+    swap_rhymes,
+    tone,
+)
 
 JINGYESI = "床前明月光，疑是地上霜。举头望明月，低头思故乡。"      # 李白《静夜思》，古绝
 DENGGUAN = "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"      # 王之涣《登鹳雀楼》

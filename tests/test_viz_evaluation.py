@@ -4,10 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gptcourse.viz.fonts import configure_matplotlib
-
 from gptcourse.evaluate import loss_by_position
 from gptcourse.viz import evaluation as ve
+from gptcourse.viz.fonts import configure_matplotlib
 
 
 def _pos(scale=1.0):

@@ -4,9 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gptcourse.viz.fonts import configure_matplotlib
-
 from gptcourse.viz import generation as vg
+from gptcourse.viz.fonts import configure_matplotlib
 
 
 @pytest.fixture(autouse=True)

@@ -4,10 +4,17 @@
 学员的函数还是存根时先用包里的版本、证明单元格打印“还没完成”。教师版可以用
 ``show_solution("nb05.guess_offset")`` 打印参考答案。
 """
+from ._common import (  # noqa: F401  (最后导入：
+                      SOLUTIONS,
+                      choice,
+                      is_stub,
+                      mine,
+                      ready,
+                      results,
+                      show_solution,  # 不被各章的同名覆盖)
+)
 from .nb01 import *  # noqa: F401,F403
 from .nb02 import *  # noqa: F401,F403
 from .nb03 import *  # noqa: F401,F403
 from .nb04 import *  # noqa: F401,F403
 from .nb05 import *  # noqa: F401,F403
-from ._common import (SOLUTIONS, choice, is_stub, mine, ready, results,  # noqa: F401  (最后导入：
-                      show_solution)                                      # 不被各章的同名覆盖)

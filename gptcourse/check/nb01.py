@@ -77,8 +77,14 @@ SOLUTIONS = {                                   # 本章的参考答案（不带
     "split_by_poem": solution_split_by_poem,
 }
 from . import nb01_bpe as _bpe  # noqa: E402  BPE 与数据卫生的练习（一个模块放不下）
-from .nb01_bpe import (bpe_decode, bpe_encode, bpe_train, guess_compression,  # noqa: E402,F401
-                       guess_leak, near_duplicate)
+from .nb01_bpe import (  # noqa: E402,F401
+    bpe_decode,
+    bpe_encode,
+    bpe_train,
+    guess_compression,
+    guess_leak,
+    near_duplicate,
+)
 
 SOLUTIONS = register("nb01", {**SOLUTIONS, **_bpe.SOLUTIONS_BPE})
 

@@ -14,13 +14,31 @@ import torch.nn.functional as F
 
 from ..model import causal_attention
 from ._common import _call, _fail, _ok, choice, exercise, register
-from .nb02_parts import (attention_module, mlp, rmsnorm, rope_rotate,  # noqa: F401
-                         solution_mlp_forward, solution_rmsnorm_forward, solution_rope_pair,
-                         solution_rotate)
-from .nb02_model import (_CFGS, EXERCISE_CONFIG, gpt_block, gpt_model,  # noqa: F401
-                         leak_test, leaky_model, param_count, reference_block, reference_gpt,
-                         solution_block_forward, solution_gpt_forward, solution_make_leaky,
-                         solution_param_count)
+from .nb02_model import (  # noqa: F401
+    _CFGS,
+    EXERCISE_CONFIG,
+    gpt_block,
+    gpt_model,
+    leak_test,
+    leaky_model,
+    param_count,
+    reference_block,
+    reference_gpt,
+    solution_block_forward,
+    solution_gpt_forward,
+    solution_make_leaky,
+    solution_param_count,
+)
+from .nb02_parts import (  # noqa: F401
+    attention_module,
+    mlp,
+    rmsnorm,
+    rope_rotate,
+    solution_mlp_forward,
+    solution_rmsnorm_forward,
+    solution_rope_pair,
+    solution_rotate,
+)
 
 EXERCISES = ("scaled_attention", "causal_mask", "guess_saturation", "guess_sqrt_c",
              "split_merge_heads", "rope_pair", "rope_rotate", "mlp", "layernorm", "rmsnorm",

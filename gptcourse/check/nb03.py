@@ -24,8 +24,7 @@ from ..data import get_batch
 from ..model import GPT
 from ..train import TrainConfig, batch_generator, train
 from ._common import _call, _fail, _ok, choice, exercise, register, results
-from .nb03_aux import (aux_loss, rhyme_targets, solution_aux_loss,  # noqa: F401
-                       solution_rhyme_targets)
+from .nb03_aux import aux_loss, rhyme_targets, solution_aux_loss, solution_rhyme_targets  # noqa: F401
 
 EXERCISES = ("cross_entropy", "perplexity", "param_groups", "lr_schedule", "train_step",
              "accumulate_grads", "estimate_loss", "training_loop", "rhyme_targets", "aux_loss",

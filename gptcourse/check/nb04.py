@@ -307,8 +307,14 @@ def attention_pair_leak(q, k, v):
 
 
 def _leak_models():
-    from ..mistakes import (attention_core, attention_no_mask, attention_softmax_wrong_dim,
-                            gallery_model, merge_heads_no_transpose, tiny_config)
+    from ..mistakes import (
+        attention_core,
+        attention_no_mask,
+        attention_softmax_wrong_dim,
+        gallery_model,
+        merge_heads_no_transpose,
+        tiny_config,
+    )
     torch.manual_seed(0)
     cfg = tiny_config(40, block_size=16)
     dropout = tiny_config(40, block_size=16, dropout=0.2, attn_dropout=0.2, resid_dropout=0.2)

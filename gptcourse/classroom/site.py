@@ -65,7 +65,7 @@ table { border-collapse: collapse; margin: .6em 0; } th, td { border: 1px solid 
 .pager { display: flex; justify-content: space-between; margin-top: 3em; }
 .card { background: #fff; border: 1px solid #e5dccb; border-radius: 6px; padding: .8em 1.2em; margin: 1em 0; }
 .card h2 { margin: .2em 0; } .card h2 a { color: #7a1f1f; text-decoration: none; }
-"""
+"""  # noqa: E501  （样式表：一条规则一行）
 KATEX = """<link rel="stylesheet" href="assets/katex/katex.min.css">
 <script defer src="assets/katex/katex.min.js"></script>
 <script defer src="assets/katex/contrib/auto-render.min.js"></script>
@@ -99,12 +99,12 @@ def _page(title: str, body: str, current: str | None, toc: str = "") -> str:
 {'<input type="checkbox" id="tocbtn"><label class="tocbtn" for="tocbtn">目录</label>' if toc else ''}
 <div class="layout">{f'<nav class="toc">{toc}</nav>' if toc else ''}<main>{wide_pre(body)}</main></div>
 </body></html>
-"""
+"""  # noqa: E501  （HTML 模板）
 
 
 def _title(nb: nbformat.NotebookNode) -> str:
     for cell in nb.cells:
-        m = re.search(r"^#\s+(.+)$", cell.source, flags=re.M) if cell.cell_type == "markdown" else None
+        m = re.search(r"^#\s+(.+)$", cell.source, flags=re.M) if cell.cell_type == "markdown" else None  # noqa: E501
         if m:
             return m.group(1).strip()
     return "未命名"
@@ -129,7 +129,7 @@ def _intro(nb: nbformat.NotebookNode) -> str:
     first = next((c.source for c in nb.cells if c.cell_type == "markdown"), "")
     goals = re.search(r"##\s*学习目标\s*\n(.*?)(?=\n\*\*|\n##|\Z)", first, flags=re.S)
     time_line = re.search(r"^\*\*预计运行时间[:：]?\*\*.*$", first, flags=re.M)
-    text = (goals.group(1).strip() if goals else "") + ("\n\n" + time_line.group(0) if time_line else "")
+    text = (goals.group(1).strip() if goals else "") + ("\n\n" + time_line.group(0) if time_line else "")  # noqa: E501
     return markdown2html_mistune(text)
 
 
@@ -143,7 +143,7 @@ def _assets(out: Path) -> None:
     assets = out / "assets"
     assets.mkdir(parents=True, exist_ok=True)
     (assets / "style.css").write_text(STYLE, encoding="utf-8")
-    (assets / "pygments.css").write_text(HtmlFormatter(style="default").get_style_defs(".highlight"),
+    (assets / "pygments.css").write_text(HtmlFormatter(style="default").get_style_defs(".highlight"),  # noqa: E501
                                          encoding="utf-8")
     shutil.copy(FONT, assets / "GPTCourseCJKSans-Regular.otf")
     shutil.copytree(ASSETS / "katex", assets / "katex", dirs_exist_ok=True)
@@ -188,16 +188,19 @@ def build_site(out: Path, edition: str = "teacher", force: bool = False) -> Path
         if edition == "student":
             nb = student_notebook(nb, path.name, keep_outputs=True)
         body, _ = exporter.from_notebook_node(nb)
-        prev_link = f'<a href="{paths[i - 1].stem}.html">← {html.escape(_short_title(paths[i - 1]))}</a>' \
-            if i else "<span></span>"
-        next_link = f'<a href="{paths[i + 1].stem}.html">{html.escape(_short_title(paths[i + 1]))} →</a>' \
-            if i + 1 < len(paths) else "<span></span>"
+        prev_link, next_link = "<span></span>", "<span></span>"
+        if i:
+            prev = paths[i - 1]
+            prev_link = f'<a href="{prev.stem}.html">← {html.escape(_short_title(prev))}</a>'
+        if i + 1 < len(paths):
+            nxt = paths[i + 1]
+            next_link = f'<a href="{nxt.stem}.html">{html.escape(_short_title(nxt))} →</a>'
         body += f'<div class="pager">{prev_link}{next_link}</div>'
         (out / f"{path.stem}.html").write_text(_page(_title(nb), body, path.stem, _toc(body)),
                                                encoding="utf-8")
-        cards.append(f'<div class="card"><h2><a href="{path.stem}.html">{html.escape(_title(nb))}</a>'
+        cards.append(f'<div class="card"><h2><a href="{path.stem}.html">{html.escape(_title(nb))}</a>'  # noqa: E501
                      f'</h2>{_intro(nb)}</div>')
-    home = (f"<h1>{TITLE}</h1><p>五个 Jupyter 笔记本，用 PyTorch 从零搭建、训练、评估并部署一个写唐诗的 GPT。"
+    home = (f"<h1>{TITLE}</h1><p>五个 Jupyter 笔记本，用 PyTorch 从零搭建、训练、评估并部署一个写唐诗的 GPT。"  # noqa: E501
             f"这里是带着运行结果的只读版本；想亲手运行，请按下面的说明安装。</p>"
             f"<h2>课程地图</h2>{''.join(cards)}<h2>安装与运行</h2>{_readme_section('快速开始')}")
     index = out / "index.html"

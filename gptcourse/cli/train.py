@@ -31,7 +31,6 @@ from ..runtime import get_device, set_seed
 from ..tokenizer import CharTokenizer
 from ..train import History, TrainConfig, TrainingDiverged, make_optimizer, train
 
-
 # 编译要先花一段时间（算在训练时间里），之后每步快一点：训练超过这么多步才划算。
 # 门槛 = 编译多花的秒数 ÷ 每步省下的秒数：inductor 磁盘缓存是冷的时候多花 26 秒（2026-12-01，
 # Intel Xeon 2 核，清空 /tmp/torchinductor_* 后实测），每步省 52 ms（docs/benchmarks.md 训练一节）

@@ -15,20 +15,51 @@ import torch
 
 from ..data import get_batch
 from ..model import GPT
-from .attention import (attention_core, attention_no_mask, attention_scaled_by_n_embd,
-                        attention_softmax_wrong_dim, attention_weights, check_attention_scale,
-                        check_matches_reference, check_merge_heads, check_no_future_leak,
-                        check_softmax_rows, gallery_model, implied_scale, leak_test, merge_heads,
-                        merge_heads_no_transpose)
+from .attention import (
+    attention_core,
+    attention_no_mask,
+    attention_scaled_by_n_embd,
+    attention_softmax_wrong_dim,
+    attention_weights,
+    check_attention_scale,
+    check_matches_reference,
+    check_merge_heads,
+    check_no_future_leak,
+    check_softmax_rows,
+    gallery_model,
+    implied_scale,
+    leak_test,
+    merge_heads,
+    merge_heads_no_transpose,
+)
 from .common import Diagnosis, real_data, tiny_config
-from .sampling import (check_long_generation, check_temperature_zero, check_top_k,
-                       generate_with_crop, generate_without_crop, sample_naive, sample_safe,
-                       top_k_naive, top_k_safe)
-from .training import (ListBlocksGPT, ModeRecorder, check_eval_mode, check_generalisation,
-                       check_parameters_registered, check_targets_shifted, check_train_mode,
-                       estimate_loss_correctly, estimate_loss_forgetting_eval, hidden_modules,
-                       repeated_corpus, train_correctly, train_forgetting_train,
-                       unshifted_batch)
+from .sampling import (
+    check_long_generation,
+    check_temperature_zero,
+    check_top_k,
+    generate_with_crop,
+    generate_without_crop,
+    sample_naive,
+    sample_safe,
+    top_k_naive,
+    top_k_safe,
+)
+from .training import (
+    ListBlocksGPT,
+    ModeRecorder,
+    check_eval_mode,
+    check_generalisation,
+    check_parameters_registered,
+    check_targets_shifted,
+    check_train_mode,
+    estimate_loss_correctly,
+    estimate_loss_forgetting_eval,
+    hidden_modules,
+    repeated_corpus,
+    train_correctly,
+    train_forgetting_train,
+    unshifted_batch,
+)
 
 
 @dataclass(frozen=True)
@@ -120,6 +151,6 @@ GALLERY: list[Mistake] = [
 def __getattr__(name: str):
     # 症状演示 gc.mistakes.demos.demo_* 要读语料、训练小模型：第一次用到时才导入
     if name == "demos":
-        import gptcourse.mistakes.demos as demos   # 不是 from . import：那会先问 __getattr__
+        import gptcourse.mistakes.demos as demos  # 不是 from . import：那会先问 __getattr__
         return demos
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

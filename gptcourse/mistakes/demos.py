@@ -15,9 +15,17 @@ from ..train import estimate_loss
 from .attention import GalleryAttention, attention_core, leak_test, merge_heads
 from .common import greedy, real_data, shifted_batch, tiny_config, train_tiny
 from .sampling import generate_without_crop, sample_naive, top_k_naive
-from .training import (ListBlocksGPT, ModeRecorder, estimate_loss_correctly,
-                       estimate_loss_forgetting_eval, generalisation_gap, repeated_corpus,
-                       train_correctly, train_forgetting_train, unshifted_batch)
+from .training import (
+    ListBlocksGPT,
+    ModeRecorder,
+    estimate_loss_correctly,
+    estimate_loss_forgetting_eval,
+    generalisation_gap,
+    repeated_corpus,
+    train_correctly,
+    train_forgetting_train,
+    unshifted_batch,
+)
 
 
 def _val_loss(model, val_ids) -> float:

@@ -35,6 +35,8 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..generate import stream_tokens
+from ..titles import MAX_TITLE
+from ..verse import FORMS
 from .http import (
     SECURITY_HEADERS,
     ApiError,
@@ -47,10 +49,18 @@ from .http import (
     client_gone,
     lingering_close,
 )
-from ..titles import MAX_TITLE
-from ..verse import FORMS
-from .params import (DEFAULTS, MAX_ACROSTIC, MAX_NEW_TOKENS, MAX_PROMPT, RANGES, ZERO_OK, brief,
-                     check_defaults, parse_params, result)
+from .params import (
+    DEFAULTS,
+    MAX_ACROSTIC,
+    MAX_NEW_TOKENS,
+    MAX_PROMPT,
+    RANGES,
+    ZERO_OK,
+    brief,
+    check_defaults,
+    parse_params,
+    result,
+)
 
 STATIC = Path(__file__).parent / "static"
 FONT = Path(__file__).parent.parent / "fonts" / "GPTCourseCJKSans-Regular.otf"   # 课程字体

@@ -116,7 +116,7 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
 
 
 def _check_ranges(p: dict, tok) -> None:
-    """采样参数在网页的范围之内（``RANGES``、``ZERO_OK``；top_k 在 [0, 词表大小]）→ 否则 ApiError。"""
+    """采样参数在网页的范围之内（``RANGES``、``ZERO_OK``；top_k 在 [0, 词表大小]）→ 否则 ApiError。"""  # noqa: E501
     for key, (lo, hi) in RANGES.items():
         if p[key] is not None:                      # top_p 可以是 None（不截断）
             _number(p, key, lo, hi, zero_ok=key in ZERO_OK)
