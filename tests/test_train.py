@@ -243,10 +243,10 @@ def test_step_budget_stops(ids):
 
 def test_minute_budget_stops(ids):
     t0 = time.perf_counter()
-    h = train(tiny_model(), ids, ids, quiet(max_steps=None, max_minutes=0.01, warmup_steps=2,
+    h = train(tiny_model(), ids, ids, quiet(max_steps=None, max_minutes=0.03, warmup_steps=2,
                                             eval_interval=10**6))
     wall = time.perf_counter() - t0
-    assert 0.6 <= wall < 10 and len(h.steps) >= 3                     # 0.6 秒的预算
+    assert wall >= 1.8 and len(h.steps) >= 3      # 1.8 秒的预算：不会提前停（慢机器上也不设上限）
     assert len(h.evals) == 1 and h.evals[0]["step"] == len(h.steps)   # 停下时评估一次
     lrs = [r["lr"] for r in h.steps]
     assert lrs[:2] == pytest.approx([3e-3 / 3, 3e-3 * 2 / 3])         # 预热仍按步数
