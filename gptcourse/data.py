@@ -239,8 +239,9 @@ def get_batch(data: torch.Tensor, batch_size: int, block_size: int,
 
     data: [N] 整数 id。返回 x, y: [B, T]，y[:, t] == data[start + t + 1]。
     ``starts`` 给出时，只从这些起点里随机挑（例如 :func:`poem_starts`）；否则任意位置都可以。
-    ``targets``：与 data 等长的目标序列，y 从它里面取（−1 = 这个位置不算损失，例如以题作诗时的
-    题目，见 :mod:`gptcourse.titled`）；不给时目标就是 data 本身。
+    ``targets``：与 data 等长的目标序列（[N]，或每个位置几个标签的 [N, K]），y 从它里面取
+    （−1 = 这个位置不算损失，例如以题作诗时的题目，见 :mod:`gptcourse.titled`）；不给时目标就是
+    data 本身。
     """
     if data.dim() != 1:
         raise UserError(f"data 应是一维 id 序列，收到形状 {tuple(data.shape)}")
@@ -254,9 +255,10 @@ def get_batch(data: torch.Tensor, batch_size: int, block_size: int,
         starts = starts[torch.randint(len(starts), (batch_size,), generator=generator)]   # [B]
     offsets = torch.arange(block_size)                                                   # [T]
     x = data[starts[:, None] + offsets]             # [B, T]
-    if targets is not None and targets.shape != data.shape:
-        raise UserError(f"targets 的形状 {tuple(targets.shape)} 应与 data {tuple(data.shape)} 相同")
-    y = (data if targets is None else targets)[starts[:, None] + offsets + 1]   # [B, T]，错一位
+    if targets is not None and targets.shape[:1] != data.shape:
+        raise UserError(f"targets 的形状 {tuple(targets.shape)} 应与 data {tuple(data.shape)} "
+                        f"相同（或在后面多出几维：[N, K]）")
+    y = (data if targets is None else targets)[starts[:, None] + offsets + 1]   # [B, T(, K)]
     if device is not None:
         x, y = x.to(device), y.to(device)
     return x, y

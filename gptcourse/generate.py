@@ -360,7 +360,8 @@ def sample_poems(model, tok, n: int, seed: int = 0, prompt: str = "", batch_size
                  max_new_tokens: int | None = None, **kw) -> list[str]:
     """从 ``prompt``（默认空提示）采样 n 首诗，第 i 首用种子 seed + i（与逐首 ``generate`` 相同，
     只是成批更快），每首截到第一个换行为止，只留正文：模型自己拟的开头《题》去掉
-    （以题作诗的模型从空提示出发时，约一半的诗先写题目）。其余关键字参数同 :func:`generate_batch`。"""
+    （以题作诗的模型从空提示出发时，约一半的诗先写题目）。
+    其余关键字参数同 :func:`generate_batch`。"""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UserError(f"n 必须是 ≥ 1 的整数，收到 {n!r}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:

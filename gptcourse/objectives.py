@@ -5,7 +5,10 @@
 辅助目标把这个信号直接告诉模型：
 
 - **韵部（rhyme）**：在韵脚的**前一个**位置（下一个字就是韵脚），预测韵脚的平声韵部（30 类）；
-- **平仄（tones）**：在格律固定平仄的位置（每句第 2、4、6 字）的前一个位置，预测下一个字是平还是仄。
+- **平仄（tones）**：在格律固定平仄的位置（每句第 2、4、6 字）的前一个位置，预测下一个字是平还是仄；
+- **不重韵（norepeat）**：没有头，直接作用在语言模型的输出上：在第 2 个及以后的韵脚的前一个位置，
+  压低这首诗**已经用过的韵脚字**的概率（“反似然”损失 −log(1 − Σ p(用过的字))，Welleck 等 2019）。
+  韵部头让模型知道该押哪个韵部，却也让它最省事地把上一个韵脚字再抄一遍（重韵）；这一项专门管这个。
 
 标签与 id 序列等长，记在“那个字”的位置上（不是它前一个位置）；取批次时像目标 y 一样错一位取出
 （:func:`gptcourse.train.train` 用同一个随机数生成器取两次），于是第 t 个位置的头预测第 t + 1 个字的
@@ -15,6 +18,8 @@
 总损失 = 语言模型损失 + Σ weight × 辅助损失；梯度裁剪包括头的参数。
 """
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -59,6 +64,33 @@ class Objective(nn.Module):
         return f"name={self.name!r}, weight={self.weight}"
 
 
+class RepeatPenalty(nn.Module):
+    """不重韵：韵脚位置上这首诗已经用过的韵脚字的“反似然”损失。没有参数，读语言模型的 logits。
+
+    标签 [N, MAX_FEET]：第 2 个及以后的韵脚字的位置上记前面各韵脚字的 id（去重、不含这个字本身），
+    其余 −1。损失 = 有标签的位置上 −log(1 − Σ p(用过的字)) 的平均（没有时为 0）。"""
+
+    uses_logits = True
+
+    def __init__(self, labels: dict[str, torch.Tensor], weight: float = 1.0):
+        super().__init__()
+        if not weight > 0:
+            raise UserError(f"辅助目标 norepeat 的权重必须 > 0，收到 {weight}")
+        self.name, self.classes, self.weight, self.labels = "norepeat", (), float(weight), labels
+
+    def loss(self, logits: torch.Tensor, used: torch.Tensor) -> torch.Tensor:
+        """logits [B, T, V]，used [B, T, K]（−1 = 空）→ 标量。"""
+        logp = logits.float().log_softmax(-1)                                 # [B, T, V]
+        valid = used >= 0                                                     # [B, T, K]
+        p_used = (logp.gather(-1, used.clamp(min=0)).exp() * valid).sum(-1)  # [B, T]
+        rows = valid.any(-1)                                                  # [B, T]
+        ul = -torch.log1p(-p_used.clamp(max=1 - 1e-6))
+        return (ul * rows).sum() / rows.sum().clamp(min=1)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, weight={self.weight}"
+
+
 class WithObjectives(nn.Module):
     """训练时做前向的模块：(x, y, *辅助标签) → (各项损失 [1 + n]（不求梯度）, 总损失)。"""
 
@@ -68,8 +100,10 @@ class WithObjectives(nn.Module):
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, *aux: torch.Tensor):
         h = self.model.hidden(x)                                              # [B, T, C]
-        parts = [lm_loss(self.model.lm_head(h), y)]
-        parts += [o.loss(h, t) for o, t in zip(self.objectives, aux)]
+        logits = self.model.lm_head(h)                                        # [B, T, V]
+        parts = [lm_loss(logits, y)]
+        parts += [o.loss(logits if getattr(o, "uses_logits", False) else h, t)
+                  for o, t in zip(self.objectives, aux)]
         total = parts[0] + sum(o.weight * p for o, p in zip(self.objectives, parts[1:]))
         return torch.stack(parts).detach(), total
 
@@ -123,27 +157,63 @@ def tone_labels(ids: torch.Tensor, tok) -> torch.Tensor:
     return out
 
 
-BUILDERS = {"rhyme": (rhyme_labels, PING_GROUPS), "tones": (tone_labels, TONE_CLASSES)}
+MAX_FEET = 4                     # 一首律诗最多 5 个韵脚：第 5 个之前用过 4 个
 
 
-def parse(spec: str | None) -> list[str]:
-    """命令行的 ``--aux rhyme,tones`` → ["rhyme", "tones"]；空 → []。"""
-    names = [s.strip() for s in (spec or "").split(",") if s.strip()]
-    bad = [n for n in names if n not in BUILDERS]
-    if bad or len(set(names)) != len(names):
-        raise UserError(f"--aux 只能是 {'、'.join(BUILDERS)} 中的若干个（逗号分开、不重复），"
-                         f"收到 {spec!r}")
-    return names
+def used_rhyme_labels(ids: torch.Tensor, tok) -> torch.Tensor:
+    """[len(ids), MAX_FEET]：合乎诗体、押平声韵的诗，第 2 个及以后的韵脚字的位置上记前面各韵脚字的
+    id（去重；与这个字本身相同的不记——真诗偶尔重韵，不能罚真字），其余 −1。"""
+    out = torch.full((len(ids), MAX_FEET), -1, dtype=torch.long)
+    for offset, poem in _poems(ids, tok):
+        a = verse.check_rhyme(poem)
+        if not (verse.is_valid_form(poem) and a.rhymes):
+            continue
+        pos = sorted(a.positions)
+        for j, p in enumerate(pos[1:], 1):
+            prev = [int(ids[offset + q]) for q in pos[:j]]
+            here = int(ids[offset + p])
+            used = [i for i in dict.fromkeys(prev) if i != here][:MAX_FEET]
+            if used:
+                out[offset + p, :len(used)] = torch.tensor(used)
+    return out
 
 
-def build(names: list[str], splits: dict[str, torch.Tensor], tok, n_embd: int,
-          weight: float = 1.0) -> list[Objective]:
-    """按名字建辅助目标：每个划分（{名字: ids}）各算一份标签。"""
+BUILDERS = {"rhyme": (rhyme_labels, PING_GROUPS), "tones": (tone_labels, TONE_CLASSES),
+            "norepeat": (used_rhyme_labels, None)}
+
+
+def parse(spec: str | None) -> dict[str, float | None]:
+    """命令行的 ``--aux rhyme=0.3,tones`` → {"rhyme": 0.3, "tones": None}
+    （None = 用 --aux-weight）；空 → {}。"""
+    out: dict[str, float | None] = {}
+    for item in (s.strip() for s in (spec or "").split(",")):
+        if not item:
+            continue
+        name, _, w = item.partition("=")
+        try:
+            weight = float(w) if w else None
+        except ValueError:
+            weight = -1.0
+        if name not in BUILDERS or name in out or (weight is not None and not
+                                                   (math.isfinite(weight) and weight > 0)):
+            raise UserError(f"--aux 只能是 {'、'.join(BUILDERS)} 中的若干个（逗号分开、不重复，"
+                            f"可写成 名字=权重，权重 > 0），收到 {spec!r}")
+        out[name] = weight
+    return out
+
+
+def build(names, splits: dict[str, torch.Tensor], tok, n_embd: int,
+          weight: float = 1.0) -> list[Objective | RepeatPenalty]:
+    """按名字建辅助目标：每个划分（{名字: ids}）各算一份标签。``names`` 是名字的列表，或
+    :func:`parse` 给出的 {名字: 权重或 None}（None 用 ``weight``）。"""
+    weights = names if isinstance(names, dict) else dict.fromkeys(names)
     objectives = []
-    for name in names:
+    for name, w in weights.items():
         if name not in BUILDERS:
             raise UserError(f"没有叫 {name!r} 的辅助目标；可用：{'、'.join(BUILDERS)}")
         fn, classes = BUILDERS[name]
         labels = {split: fn(ids, tok) for split, ids in splits.items()}
-        objectives.append(Objective(name, n_embd, classes, labels, weight))
+        w = weight if w is None else w
+        objectives.append(RepeatPenalty(labels, w) if classes is None
+                          else Objective(name, n_embd, classes, labels, w))
     return objectives

@@ -118,23 +118,54 @@ def test_without_objectives_history_has_no_aux(tok):
 
 
 @pytest.mark.parametrize("spec, message", [("rhyme,bogus", "--aux 只能是"),
-                                           ("rhyme,rhyme", "不重复")])
+                                           ("rhyme,rhyme", "不重复"), ("rhyme=0", "权重 > 0"),
+                                           ("rhyme=x", "权重 > 0"), ("rhyme=nan", "权重 > 0")])
 def test_parse_rejects_unknown_and_repeated(spec, message):
     with pytest.raises(ValueError, match=message):
         objectives.parse(spec)
+
+
+def test_parse_reads_per_objective_weights():
+    assert objectives.parse("rhyme=0.3, norepeat") == {"rhyme": 0.3, "norepeat": None}
+    assert objectives.parse("") == {}
+
+
+def test_used_rhyme_labels_list_earlier_feet_of_the_same_poem(tok):
+    text = f"\n{DENG}\n《春晓》{XIAO}\n"
+    ids = ids_of(tok, text)
+    labels = objectives.used_rhyme_labels(ids, tok)                  # [N, MAX_FEET]
+    got = {(i, text[i]): [tok.decode([j]) for j in row if j >= 0]
+           for i, row in enumerate(labels.tolist()) if max(row) >= 0}
+    assert got == {(23, "楼"): ["流"]}                  # 第 2 个韵脚记第 1 个；仄韵的《春晓》没有
+
+
+def test_repeat_penalty_lowers_the_probability_of_used_rhymes():
+    torch.manual_seed(0)
+    logits = torch.zeros(1, 3, 5, requires_grad=True)                 # 均匀：每个字 0.2
+    used = torch.full((1, 3, objectives.MAX_FEET), -1)
+    used[0, 1, :2] = torch.tensor([2, 4])                             # 第 1 个位置用过 2 与 4
+    pen = objectives.RepeatPenalty({}, weight=1.0)
+    loss = pen.loss(logits, used)
+    assert loss.item() == pytest.approx(-torch.log1p(torch.tensor(-0.4)).item())
+    loss.backward()
+    g = logits.grad[0]
+    assert (g[0] == 0).all() and (g[2] == 0).all()                    # 没有标签的位置不受影响
+    assert g[1, 2] > 0 and g[1, 4] > 0 and g[1, 0] < 0                # 往下压用过的字
+    none = torch.full_like(used, -1)
+    assert pen.loss(logits, none).item() == 0.0                       # 没有可算的位置：0 而不是 NaN
 
 
 def test_cli_aux_trains_and_records_it(tmp_path, capsys):
     out = tmp_path / "t.pt"
     argv = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "4",
             "--block-size", "32", "--warmup", "1", "--no-bf16", "--no-progress", "--steps", "2",
-            "--aux", "rhyme,tones", "--aux-weight", "0.5", "--out", str(out)]
+            "--aux", "rhyme,tones=0.2,norepeat", "--aux-weight", "0.5", "--out", str(out)]
     assert cli.main(argv) == 0
     json.loads(capsys.readouterr().out.split("训练完成：", 1)[1])
     model, _, meta = checkpoint.load(out)
-    assert meta["aux"] == ["rhyme", "tones"] and meta["aux_weight"] == 0.5
-    assert set(meta["history"]["steps"][0]["aux"]) == {"rhyme", "tones"}
-    assert "--aux rhyme,tones" in meta["command"]
+    assert meta["aux"] == {"rhyme": 0.5, "tones": 0.2, "norepeat": 0.5}
+    assert set(meta["history"]["steps"][0]["aux"]) == {"rhyme", "tones", "norepeat"}
+    assert "--aux rhyme,tones=0.2,norepeat" in meta["command"]
 
 
 @pytest.mark.parametrize("extra, message", [(["--aux", "rime"], "--aux 只能是"),

@@ -83,11 +83,13 @@ def cli_arguments(p) -> None:
     p.add_argument("--untitled-every", type=int, default=2, metavar="K",
                    help="--titled 时每 K 首里有一首不带题目（默认 2：一半；0 = 全带题目），"
                         "这样不给题目时模型照样会写")
-    p.add_argument("--aux", default=None, metavar="rhyme,tones",
-                   help="训练时的辅助目标（逗号分开）：rhyme = 在韵脚前一个位置预测韵部，"
-                        "tones = 在讲平仄的位置前预测平/仄；头只在训练时用，不存进检查点")
+    p.add_argument("--aux", default=None, metavar="rhyme=0.3,norepeat",
+                   help="训练时的辅助目标（逗号分开，可写 名字=权重）：rhyme = 在韵脚前一个位置"
+                        "预测韵部，tones = 在讲平仄的位置前预测平/仄，norepeat = 压低本诗用过的"
+                        "韵脚字（不重韵）；头只在训练时用，不存进检查点")
     p.add_argument("--aux-weight", type=float, default=1.0,
-                   help="辅助损失的权重 λ：总损失 = 语言模型损失 + λ × Σ 辅助损失（默认 1）")
+                   help="没写权重的辅助目标的权重 λ：总损失 = 语言模型损失 + Σ λ × 辅助损失"
+                        "（默认 1）")
     p.add_argument("--no-progress", action="store_true")
     # 测试用：每个进程把最终权重的哈希和本进程的损失写进这个目录（检查 DDP 各进程是否一致）
     p.add_argument("--dump-rank-state", default=None, help=argparse.SUPPRESS)
@@ -161,7 +163,7 @@ def cli_main(args) -> int:
     meta = {"corpus": args.corpus, "preset": args.preset, "train_config": asdict(tcfg),
             "bf16": used_bf16, "windows": args.windows, "world_size": dist_utils.world_size(),
             "command": _command(args), "titled": args.titled,
-            **({"aux": aux_names, "aux_weight": args.aux_weight} if aux_names else {}),
+            **({"aux": {o.name: o.weight for o in aux}} if aux else {}),
             **({"init": {"checkpoint": str(args.init), "step": init_meta.get("step"),
                          "val_loss": init_meta.get("val_loss")}} if args.init else {})}
     if rank == 0:
