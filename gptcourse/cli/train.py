@@ -195,7 +195,8 @@ def cli_main(args) -> int:
                        "wall_s": round(time.perf_counter() - t0, 1),
                        "val_loss": history_.evals[-1].get("val") if history_.evals else None,
                        "form_rate": sum(map(verse.is_valid_form, poems)) / len(poems),
-                       "rhyme_rate": rhyme, "tonal_share": tonal})
+                       "rhyme_rate": rhyme, "repeated_rate": verse.repeated_rhyme_rate(poems),
+                       "tonal_share": tonal})
 
     diverged = interrupted = None
     try:
