@@ -201,7 +201,30 @@ def test_leaky_model_reference_passes(passes, learner_model):
     assert nb02.leak_test(learner_model)[0] == 0.0                  # 原模型没有被改动
 
 
-def test_show_solution(capsys):
+def test_leaky_model_passes_with_the_exercise_11_standin(passes):
+    """练习 11 没写完时学生版用的代替品必须读 mask buffer（手写路径）：正确的 make_leaky
+    照样“正确 ✓”。包里默认的 SDPA 路径用 is_causal=True，不读 buffer——那正是 issue 33 第 1 条
+    的 bug：泄漏演示反了过来，正确答案被判错。"""
+    cfg = nb02._CFGS[0]
+    standin = nb02.reference_attention_module()
+
+    def with_attention(cls):
+        torch.manual_seed(0)
+        model = GPT(cfg).eval()
+        for b in model.blocks:
+            state = b.attn.state_dict()
+            b.attn = cls(cfg)
+            b.attn.load_state_dict(state)
+        return model.eval()
+
+    assert passes(nb02.leaky_model, nb02.solution_make_leaky, with_attention(standin))[0]
+    sdpa = with_attention(gc.model.CausalSelfAttention)
+    ok, out = passes(nb02.leaky_model, nb02.solution_make_leaky, sdpa)
+    assert not ok and "泄漏测试还是通过了" in out              # 对照：SDPA 路径看不见改过的掩码
+
+
+def test_show_solution(capsys, monkeypatch):
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution("causal_mask")
     assert "torch.tril" in capsys.readouterr().out
     gc.check.show_solution("build_vocab")                            # 笔记本 01 的仍然可用

@@ -13,13 +13,14 @@ from gptcourse.data import get_batch
 from gptcourse.train import estimate_loss, lr_at, param_groups
 
 
-def test_exported_and_solutions_pass(passes, capsys):
+def test_exported_and_solutions_pass(passes, capsys, monkeypatch):
     RESULTS.clear()                                                     # 只看这个测试里检查过的
     assert len(nb03.EXERCISES) >= 8 and set(nb03.PREDICTIONS) < set(nb03.EXERCISES)
     for name in nb03.EXERCISES:
         assert getattr(nb03, name).is_exercise, name
         if name not in nb03.PREDICTIONS:
             assert passes(getattr(nb03, name), nb03.SOLUTIONS[name])[0], name
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution("train_step")
     assert "zero_grad(set_to_none=True)" in capsys.readouterr().out
     nb03.predict_windows("A", 5.9, 5.5)                                 # 猜错的一题

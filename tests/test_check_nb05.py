@@ -13,8 +13,9 @@ GUESSES = {"guess_frequency": nb05.GUESS_FREQUENCY, "guess_offset": nb05.GUESS_O
 
 
 @pytest.mark.parametrize("name", [n for n in nb05.EXERCISES if n not in GUESSES])
-def test_solutions_pass_and_are_registered(passes, capsys, name):
+def test_solutions_pass_and_are_registered(passes, capsys, name, monkeypatch):
     assert passes(getattr(gc.check.nb05, name), nb05.SOLUTIONS[name])[0]
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution(f"nb05.{name}")
     assert f"def solution_{name}" in capsys.readouterr().out
 

@@ -22,6 +22,7 @@ from .nb02_model import (  # noqa: F401
     leak_test,
     leaky_model,
     param_count,
+    reference_attention_module,
     reference_block,
     reference_gpt,
     solution_block_forward,

@@ -10,7 +10,7 @@ import math
 import torch
 
 from ..config import preset
-from ..model import GPT, Block, count_parameters
+from ..model import GPT, Block, CausalSelfAttention, count_parameters
 from ..rope import rope_angles
 from ._common import _call, _fail, _ok, exercise
 
@@ -58,6 +58,18 @@ def reference_block(block_cls: type) -> type:
     """学生版用：学员的 ``Block``（``__init__`` 是给定的），``forward`` 换成参考答案。"""
     return type(block_cls.__name__, (block_cls,), {"forward": solution_block_forward,
                                                    "__module__": block_cls.__module__})
+
+
+def reference_attention_module() -> type:
+    """学生版用（练习 11 还没写完时）：包里的 ``CausalSelfAttention``，但走手写路径——
+    ``causal_attention`` 读 ``self.mask``。SDPA 的 ``is_causal=True`` 不读这个 buffer，拿它当
+    代替品时练习 14 改掉掩码也不泄漏，泄漏演示就反了过来，正确的 ``make_leaky`` 还被判错。"""
+    def __init__(self, cfg):
+        CausalSelfAttention.__init__(self, cfg)
+        self.use_sdpa = False                                   # 手写路径：掩码来自 self.mask
+
+    return type("CausalSelfAttention", (CausalSelfAttention,),
+                {"__init__": __init__, "__module__": CausalSelfAttention.__module__})
 
 
 def reference_gpt(gpt_cls: type) -> type:
