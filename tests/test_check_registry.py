@@ -75,7 +75,8 @@ def test_one_letter_judge_for_every_chapter(capsys):
     assert gc.check.nb03.predict_init_loss("(c)", 8.8, 6436) is True
     assert _common.choice(" b ", "B", "ABC") is True
     assert _common.choice("A", "B", {"A": "变小", "B": "变大"}) is False
-    assert "你猜的是 A（变小），实验给出的是 B（变大）" in capsys.readouterr().out
+    out = capsys.readouterr().out                                  # 猜错：不说出正确的字母
+    assert "你猜的是 A（变小），和这次量出的不一样" in out and "B（变大）" not in out
 
 
 def _tok_vocab(text):

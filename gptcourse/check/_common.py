@@ -241,8 +241,8 @@ def choice(guess, right: str, options: str | dict[str, str] = "ABC",
 
     ``options`` 是可选的字母（"ABC"），或 字母 → 选项内容；``right`` 由调用者给出——
     凡是实验能量出来的题，``right`` 应由这次运行量到的数算出，而不是写死一个字母。
-    答错时打印 ``hints``（一句话，或 字母 → 这个选项对应的提示）；给了选项内容时还说出
-    “你猜的是…，实验给出的是…”，再加上 ``why``。"""
+    答错时**不说出正确的字母**：打印“你猜的是…，和这次量出的不一样”、``why``（这次量到的数）
+    与 ``hints``（一句话，或 字母 → 这个选项对应的提示），让学员自己对照测量再想。"""
     letters = "".join(options)
     g = str(guess).strip().strip("()（）.。").upper()
     if len(g) != 1 or g not in letters:
@@ -256,9 +256,9 @@ def choice(guess, right: str, options: str | dict[str, str] = "ABC",
             print(f"猜对了：{said(right)}。{why}")
         return _ok()
     hint = hints.get(g, "") if isinstance(hints, dict) else (hints or "")
-    if isinstance(options, dict):
-        hint = f"你猜的是 {said(g)}，实验给出的是 {said(right)}。" + (hint or why)
-    return _fail(hint or f"不是 {g}")
+    parts = [f"你猜的是 {said(g)}，和这次量出的不一样", why.rstrip("：:。"),
+             hint.rstrip("。") or "对照上面实验的输出再想一想"]
+    return _fail("。".join(x for x in parts if x) + "。")
 
 
 # ---------------------------------------------------------------- 学生版：存根时先用包里的
