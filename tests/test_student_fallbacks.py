@@ -26,7 +26,8 @@ from gptcourse.runtime import ROOT
 NOTEBOOKS = {p.name[:2]: p for p in sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))}
 # (笔记本, 没做的练习单元格 id) → 这次运行里必须出现的句子（演示仍然讲对了）
 LESSONS = {
-    ("02", "b1c559ad"): ["泄漏测试失败 ✗（正如所料）"],          # 练习 11 没做：泄漏演示照样抓住泄漏
+    # 练习 11 没做：泄漏演示照样抓住泄漏
+    ("02", "b1c559ad"): ["泄漏测试失败 ✗（正如所料）"],
 }
 REPRESENTATIVE = [("02", "b1c559ad")]
 
