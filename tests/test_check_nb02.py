@@ -583,3 +583,20 @@ def test_student_edition_fallbacks_keep_the_learners_init(learner_model):
     idx = torch.randint(cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(mine(idx), ref(idx)[0])
+
+
+def test_layernorm_rejects_eps_outside_the_sqrt_and_no_eps(passes):
+    """issue 33 第 4 条：eps 放在根号外、或根本不用 eps，检查器必须说“还不对”并点名。"""
+    def outside(x, eps):
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / (((x - mu) ** 2).mean(-1, keepdim=True).sqrt() + eps)
+
+    def no_eps(x, eps):
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / ((x - mu) ** 2).mean(-1, keepdim=True).sqrt()
+
+    ok, out = passes(nb02.layernorm, outside)
+    assert not ok and "开方之后" in out
+    ok, out = passes(nb02.layernorm, no_eps)
+    assert not ok and "没有用到参数 eps" in out
+    assert passes(nb02.layernorm, nb02.solution_layernorm)[0]
