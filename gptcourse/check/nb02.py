@@ -330,7 +330,7 @@ def layernorm(fn) -> bool:
         return _fail(f"输出形状应与输入相同 {tuple(x.shape)}")
     ref = F.layer_norm(x, (16,), eps=1e-5)
     if torch.allclose(out, ref, atol=1e-5):
-        small = x * 0.3                                     # 方差 ≈ 0.8，eps = 0.5：eps 放错就看得出来
+        small = x * 0.3                                     # eps = 0.5 与方差相当：放错看得出
         out2, err = _call(fn, small, 0.5)
         if err:
             return _fail(f"eps = 0.5 时{err}")
