@@ -600,3 +600,22 @@ def test_layernorm_rejects_eps_outside_the_sqrt_and_no_eps(passes):
     ok, out = passes(nb02.layernorm, no_eps)
     assert not ok and "没有用到参数 eps" in out
     assert passes(nb02.layernorm, nb02.solution_layernorm)[0]
+
+
+def test_gpt_model_sees_the_rope_base_and_a_missing_rope(passes):
+    """issue 33 第 4 条：q、k 权重很小时注意力几乎均匀，RoPE 底数写错、甚至不传 RoPE 都曾被判对。"""
+    class Base1000(MyGPT):
+        def embed(self, idx):
+            ang = gc.rope.rope_angles(self.config.head_dim, idx.shape[1], 1000.0)
+            x, rope = super().embed(idx)
+            return x, (None if rope is None else (ang.cos(), ang.sin()))
+
+    class NoRope(MyGPT):
+        def embed(self, idx):
+            return super().embed(idx)[0], None
+
+    ok, out = passes(nb02.gpt_model, Base1000)
+    assert not ok and "底数" in out
+    ok, out = passes(nb02.gpt_model, NoRope)
+    assert not ok and "角度表" in out
+    assert passes(nb02.gpt_model, MyGPT)[0]
