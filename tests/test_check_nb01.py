@@ -85,7 +85,8 @@ def test_every_exercise_has_a_wrong_answer_test():
     assert len(nb01.EXERCISES) >= 8
 
 
-def test_show_solution(capsys):
+def test_show_solution(capsys, monkeypatch):
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution("shift_xy")
     assert "def solution_shift_xy" in capsys.readouterr().out
     with pytest.raises(ValueError, match="可选"):

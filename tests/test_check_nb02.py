@@ -201,7 +201,30 @@ def test_leaky_model_reference_passes(passes, learner_model):
     assert nb02.leak_test(learner_model)[0] == 0.0                  # 原模型没有被改动
 
 
-def test_show_solution(capsys):
+def test_leaky_model_passes_with_the_exercise_11_standin(passes):
+    """练习 11 没写完时学生版用的代替品必须读 mask buffer（手写路径）：正确的 make_leaky
+    照样“正确 ✓”。包里默认的 SDPA 路径用 is_causal=True，不读 buffer——那正是 issue 33 第 1 条
+    的 bug：泄漏演示反了过来，正确答案被判错。"""
+    cfg = nb02._CFGS[0]
+    standin = nb02.reference_attention_module()
+
+    def with_attention(cls):
+        torch.manual_seed(0)
+        model = GPT(cfg).eval()
+        for b in model.blocks:
+            state = b.attn.state_dict()
+            b.attn = cls(cfg)
+            b.attn.load_state_dict(state)
+        return model.eval()
+
+    assert passes(nb02.leaky_model, nb02.solution_make_leaky, with_attention(standin))[0]
+    sdpa = with_attention(gc.model.CausalSelfAttention)
+    ok, out = passes(nb02.leaky_model, nb02.solution_make_leaky, sdpa)
+    assert not ok and "泄漏测试还是通过了" in out              # 对照：SDPA 路径看不见改过的掩码
+
+
+def test_show_solution(capsys, monkeypatch):
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution("causal_mask")
     assert "torch.tril" in capsys.readouterr().out
     gc.check.show_solution("build_vocab")                            # 笔记本 01 的仍然可用
@@ -560,3 +583,39 @@ def test_student_edition_fallbacks_keep_the_learners_init(learner_model):
     idx = torch.randint(cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         torch.testing.assert_close(mine(idx), ref(idx)[0])
+
+
+def test_layernorm_rejects_eps_outside_the_sqrt_and_no_eps(passes):
+    """issue 33 第 4 条：eps 放在根号外、或根本不用 eps，检查器必须说“还不对”并点名。"""
+    def outside(x, eps):
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / (((x - mu) ** 2).mean(-1, keepdim=True).sqrt() + eps)
+
+    def no_eps(x, eps):
+        mu = x.mean(-1, keepdim=True)
+        return (x - mu) / ((x - mu) ** 2).mean(-1, keepdim=True).sqrt()
+
+    ok, out = passes(nb02.layernorm, outside)
+    assert not ok and "开方之后" in out
+    ok, out = passes(nb02.layernorm, no_eps)
+    assert not ok and "没有用到参数 eps" in out
+    assert passes(nb02.layernorm, nb02.solution_layernorm)[0]
+
+
+def test_gpt_model_sees_the_rope_base_and_a_missing_rope(passes):
+    """issue 33 第 4 条：q、k 权重很小时注意力几乎均匀，RoPE 底数写错、甚至不传 RoPE 都曾被判对。"""
+    class Base1000(MyGPT):
+        def embed(self, idx):
+            ang = gc.rope.rope_angles(self.config.head_dim, idx.shape[1], 1000.0)
+            x, rope = super().embed(idx)
+            return x, (None if rope is None else (ang.cos(), ang.sin()))
+
+    class NoRope(MyGPT):
+        def embed(self, idx):
+            return super().embed(idx)[0], None
+
+    ok, out = passes(nb02.gpt_model, Base1000)
+    assert not ok and "底数" in out
+    ok, out = passes(nb02.gpt_model, NoRope)
+    assert not ok and "角度表" in out
+    assert passes(nb02.gpt_model, MyGPT)[0]

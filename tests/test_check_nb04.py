@@ -158,7 +158,8 @@ def test_checkers_report_exceptions_and_non_callables(capsys):
     assert "KeyError" in capsys.readouterr().out
 
 
-def test_show_solution(capsys):
+def test_show_solution(capsys, monkeypatch):
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution("fix_attention")
     assert "def solution_fix_attention" in capsys.readouterr().out
 

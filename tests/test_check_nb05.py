@@ -13,8 +13,9 @@ GUESSES = {"guess_frequency": nb05.GUESS_FREQUENCY, "guess_offset": nb05.GUESS_O
 
 
 @pytest.mark.parametrize("name", [n for n in nb05.EXERCISES if n not in GUESSES])
-def test_solutions_pass_and_are_registered(passes, capsys, name):
+def test_solutions_pass_and_are_registered(passes, capsys, name, monkeypatch):
     assert passes(getattr(gc.check.nb05, name), nb05.SOLUTIONS[name])[0]
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution(f"nb05.{name}")
     assert f"def solution_{name}" in capsys.readouterr().out
 
@@ -286,3 +287,28 @@ def test_rhyme_mask_solution_is_the_constraints_mask_on_real_poems():
 def test_kv_cache_bytes_names_the_missing_factor(passes, wrong, words):
     ok, out = passes(gc.check.nb05.kv_cache_bytes, wrong)
     assert not ok and words in out, out
+
+
+def _decode_tau_after_softmax(model, tok, prompt, max_new_tokens, temperature, seed):
+    """常见的错：先 softmax 再除以 τ——multinomial 重新归一化，温度不起作用。"""
+    bs = model.config.block_size
+    ids = [tok.eos_id] + tok.encode(prompt)
+    g = torch.Generator().manual_seed(seed) if seed is not None else None
+    for _ in range(max_new_tokens):
+        logits = model(torch.tensor([ids[-bs:]]))[0][0, -1]
+        logits[tok.unk_id] = float("-inf")
+        if temperature == 0:
+            nxt = int(logits.argmax())
+        else:
+            nxt = int(torch.multinomial(torch.softmax(logits, -1) / temperature, 1, generator=g))
+        if nxt == tok.eos_id:
+            break
+        ids.append(nxt)
+    return tok.decode(ids[1:])
+
+
+def test_decode_loop_rejects_the_temperature_after_softmax(passes):
+    """issue 33 第 4 条：小模型的分布几乎均匀时看不出温度放错；检查器用一个分布很尖的模型。"""
+    ok, out = passes(gc.check.nb05.decode_loop, _decode_tau_after_softmax)
+    assert not ok and "softmax 之前" in out
+    assert passes(gc.check.nb05.decode_loop, nb05.solution_decode_loop)[0]

@@ -50,7 +50,7 @@ def test_every_exercise_has_a_checker_a_solution_and_a_grade_id(chapter):
     assert set(mod.SOLUTIONS) == set(mod.EXERCISES)
 
 
-def test_keys_are_chapter_qualified_so_guess_offset_is_two_exercises(capsys):
+def test_keys_are_chapter_qualified_so_guess_offset_is_two_exercises(capsys, monkeypatch):
     assert _common.SOLUTIONS["nb02.guess_offset"]() == 5
     assert _common.SOLUTIONS["nb05.guess_offset"]() == "B"
     gc.check.nb02.guess_offset(5)
@@ -60,6 +60,7 @@ def test_keys_are_chapter_qualified_so_guess_offset_is_two_exercises(capsys):
     both = [r for r in _common.results() if r["exercise"] == "guess_offset"]
     assert {r["chapter"] for r in both} == {"nb02", "nb05"}
     assert all(set(r) == {"key", "chapter", "exercise", "passed", "message"} for r in both)
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution("nb05.guess_offset")
     assert 'return "B"' in capsys.readouterr().out
     with pytest.raises(ValueError, match="nb02.guess_offset"):
@@ -74,7 +75,8 @@ def test_one_letter_judge_for_every_chapter(capsys):
     assert gc.check.nb03.predict_init_loss("(c)", 8.8, 6436) is True
     assert _common.choice(" b ", "B", "ABC") is True
     assert _common.choice("A", "B", {"A": "变小", "B": "变大"}) is False
-    assert "你猜的是 A（变小），实验给出的是 B（变大）" in capsys.readouterr().out
+    out = capsys.readouterr().out                                  # 猜错：不说出正确的字母
+    assert "你猜的是 A（变小），和这次量出的不一样" in out and "B（变大）" not in out
 
 
 def _tok_vocab(text):
@@ -162,3 +164,36 @@ def test_every_reference_solution_passes_its_checker(chapter, passes):
             args = (ref,)
         ok, out = passes(getattr(mod, name), *args)
         assert ok, (name, out)
+
+
+def test_show_solution_refuses_until_the_teacher_enables_it(capsys, monkeypatch):
+    """学生版（默认）：show_solution 只说一句“不显示”，不打印答案；老师打开之后才打印。"""
+    monkeypatch.delenv("GPTCOURSE_SOLUTIONS", raising=False)
+    gc.check.enable_solutions(False)
+    assert gc.check.show_solution("nb02.causal_mask") is False
+    out = capsys.readouterr().out
+    assert "只在教师版里显示" in out and "torch.tril" not in out
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "0")
+    assert gc.check.show_solution("nb02.causal_mask") is False
+    capsys.readouterr()
+    try:
+        gc.check.enable_solutions()
+        assert gc.check.show_solution("nb02.causal_mask") is True
+        assert "torch.tril" in capsys.readouterr().out
+    finally:
+        gc.check.enable_solutions(False)
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")
+    assert gc.check.show_solution("nb02.causal_mask") is True
+    assert "torch.tril" in capsys.readouterr().out
+
+
+def test_fallback_hides_the_solution_name_and_source():
+    """学生版的代替品：算的与参考答案相同，但名字里没有 solution_，源码里没有答案。"""
+    import inspect
+
+    f = gc.check.fallback("nb02.causal_mask")
+    assert f(3).tolist() == _common.SOLUTIONS["nb02.causal_mask"](3).tolist()
+    assert "solution" not in f.__name__ and not hasattr(f, "__wrapped__")
+    assert "tril" not in inspect.getsource(f)
+    with pytest.raises(ValueError, match="可选"):
+        gc.check.fallback("nb02.nope")

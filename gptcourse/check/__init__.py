@@ -2,11 +2,14 @@
 
 练习按章节登记（``"nb05.guess_offset"``，见 ``_common``）。学生版用的 ``mine`` / ``ready``：
 学员的函数还是存根时先用包里的版本、证明单元格打印“还没完成”。教师版可以用
-``show_solution("nb05.guess_offset")`` 打印参考答案。
+``enable_solutions()`` 之后用 ``show_solution("nb05.guess_offset")`` 打印参考答案（学生版里
+默认不显示）。
 """
 from ._common import (  # noqa: F401  (最后导入：
                       SOLUTIONS,
                       choice,
+                      enable_solutions,
+                      fallback,
                       is_stub,
                       mine,
                       ready,

@@ -66,11 +66,56 @@ def solution_key(name: str) -> str:
     raise ValueError(f"没有名为 {name!r} 的练习；可选：{', '.join(SOLUTIONS)}")
 
 
-def show_solution(name: str) -> None:
-    """（教师版）打印某个练习的参考答案源代码；名字写成 ``"nb05.guess_offset"``。"""
-    ref = SOLUTIONS[solution_key(name)]
+SOLUTIONS_ENV = "GPTCOURSE_SOLUTIONS"
+_ENABLED: list[bool] = []                      # enable_solutions() 之后非空
+
+
+def solutions_enabled() -> bool:
+    """老师打开了“显示参考答案”：本进程调用过 ``enable_solutions()``，或设了
+    ``GPTCOURSE_SOLUTIONS=1``。学生版（以及装了课程的学生）默认是关的。"""
+    return bool(_ENABLED) or os.environ.get(SOLUTIONS_ENV, "") not in ("", "0")
+
+
+def enable_solutions(on: bool = True) -> None:
+    """（老师）在本进程里打开 / 关上 ``show_solution``。学生版里没有这一行。"""
+    _ENABLED.clear()
+    if on:
+        _ENABLED.append(True)
+
+
+def show_solution(name: str) -> bool:
+    """（教师版）打印某个练习的参考答案源代码；名字写成 ``"nb05.guess_offset"``。
+
+    老师没有打开（``enable_solutions()`` 或 ``GPTCOURSE_SOLUTIONS=1``）时只说一句“不显示”，
+    返回 False：学生版里没有打印答案的办法。"""
+    key = solution_key(name)
+    if not solutions_enabled():
+        print(f"参考答案只在教师版里显示（{key}）：老师先运行 gc.check.enable_solutions()，"
+              f"或设环境变量 {SOLUTIONS_ENV}=1")
+        return False
+    ref = SOLUTIONS[key]
     for fn in ref if isinstance(ref, tuple) else (ref,):          # 一题两个函数：依次打印
         print(inspect.getsource(fn))
+    return True
+
+
+def fallback(key: str, which: int | None = None) -> Callable:
+    """学生版的代替品：练习 ``key``（如 ``"nb02.causal_mask"``）的参考实现，包成一个不带
+    名字、不带源码链接的函数，给 ``mine(..., fallback=...)`` 用——学生版的单元格里
+    不出现 ``solution_*`` 的名字，``??`` 也看不到答案。一题有几个参考函数时（如
+    ``"nb02.split_merge_heads"``），``which`` 选第几个。"""
+    ref = SOLUTIONS[solution_key(key)]
+    if isinstance(ref, tuple) != (which is not None):
+        raise ValueError(f"{key}：一题几个参考函数时要给 which（第几个），只有一个时不给")
+    if which is not None:
+        ref = ref[which]
+
+    def standin(*args, **kwargs):
+        return ref(*args, **kwargs)
+
+    standin.__name__ = standin.__qualname__ = key.replace(".", "_")
+    standin.__doc__ = f"练习 {key} 的代替品（包里的参考实现）。"
+    return standin
 
 
 def results() -> list[dict]:
@@ -196,8 +241,8 @@ def choice(guess, right: str, options: str | dict[str, str] = "ABC",
 
     ``options`` 是可选的字母（"ABC"），或 字母 → 选项内容；``right`` 由调用者给出——
     凡是实验能量出来的题，``right`` 应由这次运行量到的数算出，而不是写死一个字母。
-    答错时打印 ``hints``（一句话，或 字母 → 这个选项对应的提示）；给了选项内容时还说出
-    “你猜的是…，实验给出的是…”，再加上 ``why``。"""
+    答错时**不说出正确的字母**：打印“你猜的是…，和这次量出的不一样”、``why``（这次量到的数）
+    与 ``hints``（一句话，或 字母 → 这个选项对应的提示），让学员自己对照测量再想。"""
     letters = "".join(options)
     g = str(guess).strip().strip("()（）.。").upper()
     if len(g) != 1 or g not in letters:
@@ -211,9 +256,9 @@ def choice(guess, right: str, options: str | dict[str, str] = "ABC",
             print(f"猜对了：{said(right)}。{why}")
         return _ok()
     hint = hints.get(g, "") if isinstance(hints, dict) else (hints or "")
-    if isinstance(options, dict):
-        hint = f"你猜的是 {said(g)}，实验给出的是 {said(right)}。" + (hint or why)
-    return _fail(hint or f"不是 {g}")
+    parts = [f"你猜的是 {said(g)}，和这次量出的不一样", why.rstrip("：:。"),
+             hint.rstrip("。") or "对照上面实验的输出再想一想"]
+    return _fail("。".join(x for x in parts if x) + "。")
 
 
 # ---------------------------------------------------------------- 学生版：存根时先用包里的

@@ -22,6 +22,7 @@ from .nb02_model import (  # noqa: F401
     leak_test,
     leaky_model,
     param_count,
+    reference_attention_module,
     reference_block,
     reference_gpt,
     solution_block_forward,
@@ -329,7 +330,18 @@ def layernorm(fn) -> bool:
         return _fail(f"输出形状应与输入相同 {tuple(x.shape)}")
     ref = F.layer_norm(x, (16,), eps=1e-5)
     if torch.allclose(out, ref, atol=1e-5):
-        return _ok()
+        small = x * 0.3                                     # eps = 0.5 与方差相当：放错看得出
+        out2, err = _call(fn, small, 0.5)
+        if err:
+            return _fail(f"eps = 0.5 时{err}")
+        if torch.allclose(out2, F.layer_norm(small, (16,), eps=0.5), atol=1e-5):
+            return _ok()
+        mu, var = small.mean(-1, keepdim=True), small.var(-1, unbiased=False, keepdim=True)
+        if torch.allclose(out2, (small - mu) / (torch.sqrt(var) + 0.5), atol=1e-4):
+            return _fail("eps 加在了开方之后：应是 (x − mean) / sqrt(方差 + eps)，eps 在根号里面")
+        if torch.allclose(out2, (small - mu) / torch.sqrt(var), atol=1e-4):
+            return _fail("没有用到参数 eps：方差很小时要靠它防止除以 0，写 sqrt(方差 + eps)")
+        return _fail("eps = 0.5 时与 F.layer_norm 不一致：eps 应加在方差上、开方之前")
     unbiased = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5)
     if torch.allclose(out, unbiased, atol=1e-5):
         return _fail("用了无偏方差（除以 C−1）：LayerNorm 用有偏方差，写 var(unbiased=False) "

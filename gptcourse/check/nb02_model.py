@@ -10,7 +10,7 @@ import math
 import torch
 
 from ..config import preset
-from ..model import GPT, Block, count_parameters
+from ..model import GPT, Block, CausalSelfAttention, count_parameters
 from ..rope import rope_angles
 from ._common import _call, _fail, _ok, exercise
 
@@ -58,6 +58,18 @@ def reference_block(block_cls: type) -> type:
     """学生版用：学员的 ``Block``（``__init__`` 是给定的），``forward`` 换成参考答案。"""
     return type(block_cls.__name__, (block_cls,), {"forward": solution_block_forward,
                                                    "__module__": block_cls.__module__})
+
+
+def reference_attention_module() -> type:
+    """学生版用（练习 11 还没写完时）：包里的 ``CausalSelfAttention``，但走手写路径——
+    ``causal_attention`` 读 ``self.mask``。SDPA 的 ``is_causal=True`` 不读这个 buffer，拿它当
+    代替品时练习 14 改掉掩码也不泄漏，泄漏演示就反了过来，正确的 ``make_leaky`` 还被判错。"""
+    def __init__(self, cfg):
+        CausalSelfAttention.__init__(self, cfg)
+        self.use_sdpa = False                                   # 手写路径：掩码来自 self.mask
+
+    return type("CausalSelfAttention", (CausalSelfAttention,),
+                {"__init__": __init__, "__module__": CausalSelfAttention.__module__})
 
 
 def reference_gpt(gpt_cls: type) -> type:
@@ -197,6 +209,9 @@ def gpt_model(gpt_cls) -> bool:
     for cfg in _CFGS:
         torch.manual_seed(0)
         ref = _perturb_norms(GPT(cfg).eval())
+        with torch.no_grad():                   # N(0, 0.02) 的 q、k 让分数 ≈ 0，注意力几乎均匀，
+            for blk in ref.blocks:              # 位置（RoPE 的角度）就看不出来：放大到 σ ≈ 0.3
+                blk.attn.qkv.weight.mul_(15.0)
         mine, err = _call(gpt_cls, cfg)
         if err:
             return _fail(f"GPT(cfg) {err}")
@@ -227,6 +242,20 @@ def gpt_model(gpt_cls) -> bool:
                     return _fail("学习式位置的设计里忘了加位置嵌入："
                                  "x = tok_emb(idx) + pos_emb(arange(T))")
             rope = _rope(cfg, idx.shape[1])
+            if cfg.pos == "rope":
+                y, no_turn = x, (torch.ones_like(rope[0]), torch.zeros_like(rope[1]))   # 转 0 度
+                for b in ref.blocks:
+                    y = b(y, no_turn)
+                if torch.allclose(got, ref.lm_head(ref.norm_f(y)), atol=1e-4):
+                    return _fail("RoPE 的设计里没有把角度表传给各块（rope=None）："
+                                 "模型就没有位置信息了")
+                ang = rope_angles(cfg.head_dim, idx.shape[1], 1000.0)
+                y = x
+                for b in ref.blocks:
+                    y = b(y, (ang.cos(), ang.sin()))
+                if torch.allclose(got, ref.lm_head(ref.norm_f(y)), atol=1e-4):
+                    return _fail(f"RoPE 的底数不对：应是 config.rope_base = {cfg.rope_base:g}，"
+                                 "你用的像是 1000")
             if cfg.pos == "learned":
                 x = x + ref.pos_emb(torch.arange(idx.shape[1]))
             for b in ref.blocks:

@@ -6,6 +6,7 @@
 """
 from __future__ import annotations
 
+import copy
 import math
 
 import torch
@@ -338,6 +339,19 @@ def decode_loop(fn) -> bool:
         return _fail(f"{shown}\n  你的结果：{got!r}\n  期望结果：{want!r}\n"
                      "  检查：开头有没有加上换行（tok.eos_id）、是不是只用了最后一个位置的 logits、"
                      "有没有屏蔽 <unk>、采样时是不是用了同一个 generator")
+    # 没训练过的小模型分布几乎是均匀的，温度放错也看不出来：把最终归一化的 γ 放大 20 倍，
+    # logits 跟着放大 20 倍（输出头没有偏置），分布变“尖”，τ = 0.3 与 τ = 2 才真正不同
+    peaked = copy.deepcopy(model)
+    with torch.no_grad():
+        peaked.norm_f.weight.mul_(20.0)
+    for tau, seed in ((0.3, 3), (2.0, 4), (2.0, 5)):
+        got, err = _call(fn, peaked, tok, "白", 30, tau, seed)
+        want = generate(peaked, tok, "白", max_new_tokens=30, temperature=tau, seed=seed,
+                        use_cache=False)
+        if err or got != want:
+            return _fail(f"分布很尖的模型，temperature={tau}, seed={seed}：与 gc.generate 不同"
+                         f"（{got!r} vs {want!r}）。温度要在 softmax 之前除：softmax(logits / τ)；"
+                         "先 softmax 再除以 τ，multinomial 会重新归一化，温度就不起作用了")
     return _ok()
 
 
