@@ -71,3 +71,27 @@ def test_student_bundle_is_a_zip_with_student_notebooks_and_an_install_note(tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[:2] == [str(root.resolve()), "True"], done.stdout
     assert main(["student", "--out", str(out), "--bundle"]) == 2      # 不覆盖
+
+
+def test_times_reports_seconds_per_section(tmp_path, capsys):
+    """``classroom times``（教师指南里演示秒数的来源）：每一节的秒数、慢的单元格、出错的单元格。"""
+    from gptcourse.classroom.timing import report, time_notebook
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_markdown_cell("# 标题\n## 1. 快"),
+        nbformat.v4.new_code_cell("x = 1"),
+        nbformat.v4.new_markdown_cell("### 1.1 慢"),
+        nbformat.v4.new_code_cell("import os, time\ntime.sleep(1.2)\n"
+                                  "assert os.environ['GPTCOURSE_QUICK'] == '1'"),
+        nbformat.v4.new_code_cell("1 / 0")])
+    path = tmp_path / "01_demo.ipynb"
+    nbformat.write(nb, path)
+    r = time_notebook(path)
+    assert [s["section"] for s in r["sections"]] == ["1. 快", "1.1 慢"]
+    assert [s["cells"] for s in r["sections"]] == [[1], [3, 4]]
+    slow = r["sections"][1]["seconds"]
+    assert 1.2 <= slow < 30 and r["sections"][0]["seconds"] < slow
+    assert [c["error"] for c in r["cells"]] == [False, False, True]
+    text = report([r])
+    assert "「1.1 慢」" in text and "单元格   3" in text and "出错" in text
+    assert nbformat.read(path, as_version=4).cells[3].outputs == []   # 不写回文件

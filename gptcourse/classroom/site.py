@@ -62,6 +62,7 @@ main img { max-width: 100%; height: auto; }
 pre, code { font-family: "DejaVu Sans Mono", "GPTCourse CJK Sans", monospace; }
 .input_area pre, .highlight pre { background: #f4f1ea; padding: .6em .8em; overflow-x: auto;
                                   border-left: 3px solid #c9a66b; margin: .4em 0; }
+main pre { overflow-x: auto; max-width: 100%; }  /* 说明里的代码块也不把页面撑宽 */
 .output_area pre { background: #fff; padding: .4em .8em; overflow-x: auto; margin: .2em 0; }
 .prompt { display: none; } a.anchor-link { display: none; }
 .output_area { overflow-x: auto; }

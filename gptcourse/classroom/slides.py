@@ -454,7 +454,7 @@ class _Deck:
         self.slides.append(s)
         return s
 
-    def add(self, item: Item, cell: int) -> None:
+    def add(self, item: Item, cell: int, exercise: bool = False) -> None:
         cur = self.cur
         if cur is None or cur.kind == "title":
             cur = self.new(self.section or "开始之前", cell=cell)
@@ -465,7 +465,9 @@ class _Deck:
         if cur.cell is None:
             cur.cell = cell
         cur.items.append(item)
-        if item.kind == "figure":
+        if exercise:                                    # 练习单元格（答案或存根）所在的页
+            cur.kind = "exercise"
+        elif item.kind == "figure":
             cur.kind = "figure" if cur.kind != "exercise" else cur.kind
         elif item.kind == "code" and cur.kind == "text":
             cur.kind = "code"
@@ -535,10 +537,11 @@ def build_deck(nb: nbformat.NotebookNode) -> list[Slide]:
                 d.section, d.title_cell = "开始之前：设置", None
                 d.new(d.section, cell=idx)
             chunks, left = code_chunks(src) if src else ([], 0)
+            task = bool(cell.get("metadata", {}).get("nbgrader", {}).get("solution"))
             for k, chunk in enumerate(chunks):
                 if k == len(chunks) - 1 and left:
                     chunk += f"\n# ……（这一格还有 {left} 行，见笔记本）"
-                d.add(_code_item(chunk), idx)
+                d.add(_code_item(chunk), idx, exercise=task)
             for item in _output_items(cell):
                 d.add(item, idx)
     return [s for s in d.slides if s.items or s.kind == "title" or s.notes or not s.cont]
