@@ -113,3 +113,64 @@ def test_wide_characters_take_two_columns_in_pre_blocks(site):
     assert wide_pre("<pre>字 a</pre>") == '<pre><span class="zh2">字</span> a</pre>'
     assert wide_pre('<pre><span class="k">字</span></pre>') == \
         '<pre><span class="k"><span class="zh2">字</span></span></pre>'
+
+
+_TOFU = """
+/* \\text{正确的字}：KaTeX 给它的字体里要有中文字形。画布上用元素的字体量这几个字的宽度，
+   与直接用课程字体量的一样宽才不是豆腐块（没有字形时退回 .notdef，宽度不同）。 */
+const el = [...document.querySelectorAll('.katex .mord.text, .katex .text')]
+  .find(e => /[\\u4e00-\\u9fff]/.test(e.textContent));
+if (!el) return null;
+const inner = [...el.querySelectorAll('*')].find(e => /[\\u4e00-\\u9fff]/.test(e.textContent)
+  && !e.children.length) || el;
+const cs = getComputedStyle(inner), text = inner.textContent.replace(/[^\\u4e00-\\u9fff]/g, '');
+const ctx = document.createElement('canvas').getContext('2d');
+ctx.font = cs.fontSize + ' ' + cs.fontFamily; const a = ctx.measureText(text).width;
+ctx.font = cs.fontSize + ' "GPTCourse CJK Sans"'; const b = ctx.measureText(text).width;
+ctx.font = cs.fontSize + ' KaTeX_Main, serif'; const c = ctx.measureText(text).width;
+return {text, family: cs.fontFamily, a, b, c};
+"""
+
+
+@needs_chromium
+def test_cjk_inside_katex_is_not_tofu_and_the_page_is_not_wider_than_the_window(site):
+    with chromium_session(window="1400,1000") as driver:
+        dw = driver.js("return outerWidth - innerWidth")
+        driver.call("POST", "/window/rect", {"width": 1400 + dw, "height": 1000})
+        _column_and_math(driver, site / "03_training_loop.html")
+        got = driver.js(_TOFU)
+        assert got and got["text"], got                          # 03 §2 的 \text{正确的字}
+        assert "GPTCourse CJK Sans" in got["family"], got
+        assert abs(got["a"] - got["b"]) < 0.5 and abs(got["c"] - got["b"]) > 0.5, got
+        for page in ("02_attention_mask.html", "03_training_loop.html", "index.html"):
+            driver.call("POST", "/url", {"url": (site / page).as_uri()})
+            driver.js("return document.fonts.ready.then(() => true)")
+            assert driver.js("return innerWidth") == 1400
+            width = driver.js("return document.documentElement.scrollWidth")
+            assert width <= 1400, (page, width)                   # 没有横向滚动条
+        _screenshot(driver, "site_ch02_1400.png")
+
+
+@needs_chromium
+def test_toc_button_stays_on_screen_deep_in_a_long_chapter_on_a_phone(site):
+    with chromium_session(window="400,900") as driver:
+        dw = driver.js("return outerWidth - innerWidth")
+        driver.call("POST", "/window/rect", {"width": 400 + dw, "height": 900})
+        driver.call("POST", "/url", {"url": (site / "01_data_tokenizer.html").as_uri()})
+        driver.js("return document.fonts.ready.then(() => true)")
+        assert driver.js("return document.documentElement.scrollWidth") <= 400
+        height = driver.js("return document.documentElement.scrollHeight")
+        assert height > 10000                                     # 真是一章长页
+        driver.js("window.scrollTo(0, arguments[0])", height // 2)
+        top = driver.js("return document.querySelector('label.tocbtn').getBoundingClientRect().top")
+        assert 0 <= top < 60, top                                 # 目录按钮跟着走（sticky）
+        driver.call("POST", f"/element/{driver.element('label.tocbtn')}/click", {})
+        box = driver.js("const r = document.querySelector('nav.toc').getBoundingClientRect();"
+                        "return [r.top, r.height, getComputedStyle(document.querySelector("
+                        "'nav.toc')).position]")
+        assert box[2] == "fixed" and box[0] <= 1 and box[1] > 500, box   # 在原地打开，盖满屏幕
+        _screenshot(driver, "site_ch01_400_deep_menu.png")
+        link = driver.element("nav.toc a.h2:nth-of-type(3)")
+        driver.call("POST", f"/element/{link}/click", {})
+        assert driver.js("return document.getElementById('tocbtn').checked") is False  # 点了就收起
+        _screenshot(driver, "site_ch01_400_deep.png")

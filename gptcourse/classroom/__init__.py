@@ -2,7 +2,11 @@
 
     python -m gptcourse.classroom student --out DIR          # 教师版 → 学生版（去掉答案与输出）
     python -m gptcourse.classroom grade NB... [--csv F] [--jobs N] [--weights F] [--feedback DIR]
+    python -m gptcourse.classroom student --out DIR --bundle # 另写 DIR/学生版.zip（发给学生）
     python -m gptcourse.classroom site --out DIR             # 五个笔记本（含提交的输出）→ 静态网站
+    python -m gptcourse.classroom slides --out DIR           # 投影用的幻灯片（默认学生版）
+    python -m gptcourse.classroom handout --out DIR          # 答案讲义（教师用）
+    python -m gptcourse.classroom times [NB...] [--json F]   # 快速模式下每节的用时
 
 练习的标记沿用 nbgrader 的格式（答案夹在 ``### BEGIN SOLUTION`` / ``### END SOLUTION`` 之间，
 单元格元数据 ``nbgrader.solution`` / ``nbgrader.grade``），所以同一批教师版笔记本也能交给

@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     s.add_argument("notebooks", nargs="*", type=Path,
                    help="教师版笔记本（默认 notebooks/ 下全部）")
     s.add_argument("--force", action="store_true", help="覆盖 --out 里已有的同名笔记本")
+    s.add_argument("--bundle", action="store_true",
+                   help="再把学生版笔记本和一份安装说明打包成 --out 下的 学生版.zip（发给学生）")
     g = sub.add_parser("grade",
                        help="给一批作业自动评分（每份作业在沙箱里判，见 docs/teaching_guide.md）")
     g.add_argument("notebooks", nargs="+", type=Path,
@@ -109,10 +111,19 @@ def main(argv: list[str] | None = None) -> int:
     w.add_argument("--force", action="store_true", help="覆盖 --out 里已有的网页")
     d = sub.add_parser("slides", help="每章一套幻灯片（reveal.js，离线可用）")
     d.add_argument("--out", required=True, type=Path, help="输出目录")
+    d.add_argument("--edition", choices=("student", "teacher"), default="student",
+                   help="student（默认）：练习页是题目和存根，投影时不露答案；teacher：含参考答案")
     d.add_argument("--force", action="store_true", help="覆盖 --out 里已有的文件")
     h = sub.add_parser("handout", help="答案讲义：五章全部练习的题目、参考答案与检查（教师用）")
     h.add_argument("--out", required=True, type=Path, help="输出目录（写 answers.html）")
     h.add_argument("--force", action="store_true", help="覆盖 --out 里已有的文件")
+    t = sub.add_parser("times",
+                       help="以快速模式执行笔记本，按小节打印用时（教师指南里演示秒数的来源）")
+    t.add_argument("notebooks", nargs="*", help="笔记本名（如 01_data_tokenizer；默认五章）")
+    t.add_argument("--edition", choices=("student", "teacher"), default="teacher",
+                   help="执行哪一版（默认 teacher；student：学生版，存根走包里的代替）")
+    t.add_argument("--json", type=Path, help="把每个单元格与每一节的用时写成 JSON")
+    t.add_argument("--slow", type=_positive, default=1.0, help="列出用时不少于这么多秒的单元格")
     args = ap.parse_args(argv)
 
     try:
@@ -124,12 +135,22 @@ def main(argv: list[str] | None = None) -> int:
                 raise FileNotFoundError(f"找不到笔记本：{', '.join(missing)}")
             for p in write_student_edition(paths, args.out, force=args.force):
                 print(f"学生版：{p}")
+            if args.bundle:
+                from .student import write_bundle
+                print(f"学生包：{write_bundle(paths, args.out, force=args.force)}（发给学生）")
         elif args.command == "grade":
             grade_command(args)
         elif args.command == "slides":
             from .slides import build_slides
-            for p in build_slides(args.out, force=args.force):
+            for p in build_slides(args.out, force=args.force, edition=args.edition):
                 print(f"幻灯片：{p}")
+        elif args.command == "times":
+            from ..notebooks import notebook_paths
+            from .timing import report, time_notebook, write_json
+            results = [time_notebook(p, args.edition) for p in notebook_paths(args.notebooks)]
+            print(report(results, args.slow))
+            if args.json:
+                write_json(results, args.json)
         elif args.command == "handout":
             from .slides import handout
             print(f"答案讲义：{handout(args.out, force=args.force)}（只发给老师和助教）")
@@ -137,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
             from .site import build_site
             index = build_site(args.out, edition=args.edition, force=args.force)
             print(f"网站：{index}（用浏览器直接打开，或 python -m http.server -d {args.out}）")
-    except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as e:
+    except (FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError,
+            ValueError) as e:
         print(f"错误：{e}", file=sys.stderr)
         return 2
     return 0

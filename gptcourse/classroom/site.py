@@ -44,13 +44,17 @@ nav.toc a { display: block; color: #555; text-decoration: none; padding: .15em 0
 nav.toc a.h3 { padding-left: 1em; font-size: .95em; }
 main { flex: 1; min-width: 0; padding: 1em 2em 4em; }
 #tocbtn, label.tocbtn { display: none; }
+body .katex { font-family: KaTeX_Main, "GPTCourse CJK Sans", "Times New Roman", serif; }  /* \\text{中文}：不是豆腐块 */
+body .katex .mathnormal { font-family: KaTeX_Math, "GPTCourse CJK Sans", serif; }
 pre .zh2 { display: inline-block; width: 1.2em; text-align: center; }  /* 全角 = 两个半角 */
 @media (max-width: 760px) {
   .layout { display: block; }
   label.tocbtn { display: inline-block; margin: .6em 1em 0; padding: .2em .8em; cursor: pointer;
-                 border: 1px solid #c9a66b; border-radius: 4px; background: #fff; }
+                 border: 1px solid #c9a66b; border-radius: 4px; background: #fff;
+                 position: sticky; top: .5em; z-index: 20; box-shadow: 0 1px 4px rgba(0,0,0,.15); }
   nav.toc { display: none; width: auto; position: static; max-height: none; }
-  #tocbtn:checked ~ .layout nav.toc { display: block; }
+  #tocbtn:checked ~ .layout nav.toc { display: block; position: fixed; top: 0; left: 0; right: 0; bottom: 0;
+                 padding: 3.2em 1.2em 1em; overflow-y: auto; background: #fdfbf7; z-index: 10; }
   main { padding: 1em .9em 3em; }
   header { gap: .6em; }
 }
@@ -58,6 +62,7 @@ main img { max-width: 100%; height: auto; }
 pre, code { font-family: "DejaVu Sans Mono", "GPTCourse CJK Sans", monospace; }
 .input_area pre, .highlight pre { background: #f4f1ea; padding: .6em .8em; overflow-x: auto;
                                   border-left: 3px solid #c9a66b; margin: .4em 0; }
+main pre { overflow-x: auto; max-width: 100%; }  /* 说明里的代码块也不把页面撑宽 */
 .output_area pre { background: #fff; padding: .4em .8em; overflow-x: auto; margin: .2em 0; }
 .prompt { display: none; } a.anchor-link { display: none; }
 .output_area { overflow-x: auto; }
@@ -77,6 +82,11 @@ MATH_JS = """document.addEventListener("DOMContentLoaded", function () {
     {left: "$", right: "$", display: false}, {left: "\\\\(", right: "\\\\)", display: false}],
     ignoredTags: ["script", "noscript", "style", "textarea", "pre", "code"], throwOnError: false});
   document.body.dataset.math = "1";
+});
+// 手机上：点了目录里的一节就把目录收起来（目录按钮本身是纯 CSS 的复选框）
+document.addEventListener("click", function (e) {
+  const box = document.getElementById("tocbtn");
+  if (box && e.target.closest && e.target.closest("nav.toc a")) box.checked = false;
 });"""
 ASSETS = Path(__file__).resolve().parent / "assets"
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 import ast
 import copy
 import re
+import subprocess
+import zipfile
 from pathlib import Path
 
 import nbformat
@@ -50,6 +52,14 @@ HOW_TO_SUBMIT = """## 怎样提交
    所以后面的单元格照样能跑；这些题不得分。
 5. 交的是这个 `.ipynb` 文件本身，文件名按老师的规定（例如 `学号_姓名.ipynb`）；输出不必清空。
 """
+
+
+# 学生版笔记本的输出是清空的，教师版开头那句“提交的输出来自一次完整模式的运行”就不对了
+STALE_OUTPUT_NOTE = re.compile(r"\s*（提交的输出来自一次完整模式的运行）")
+# 学生版网站：证明单元格（``gc.check.ready`` / ``gc.check.mine``）里教师版打印的
+# “你的……✓”不能留在存根下面——学生会以为那是自己的代码通过了
+YOURS_PASSED = re.compile(r"(你的|你写的|手写).*(✓|True|==)")
+YOURS_NOTE = "（教师版在这里证明“你的代码 == 包”；写完练习，在你自己的笔记本里运行才会看到）\n"
 
 
 class AuthoringError(UserError):
@@ -118,6 +128,20 @@ def _shows_answers(cell: nbformat.NotebookNode) -> bool:
     return has_solution(cell.source) or bool(meta.get("grade")) or "正确 ✓" in text
 
 
+def _drop_teacher_proofs(cell: nbformat.NotebookNode) -> None:
+    """学生版网站：调用学员代码的单元格，去掉输出里说“你的……✓”的行（见 YOURS_PASSED）。"""
+    if "check.ready(" not in cell.source and "check.mine(" not in cell.source:
+        return
+    for out in cell.get("outputs", []):
+        if out.get("output_type") != "stream":
+            continue
+        lines = out["text"].split("\n")
+        kept = [x for x in lines if not YOURS_PASSED.search(x)]
+        if len(kept) != len(lines):
+            text = "\n".join(kept).strip("\n")
+            out["text"] = (text + "\n" if text else "") + YOURS_NOTE
+
+
 def student_notebook(nb: nbformat.NotebookNode, name: str = "笔记本",
                      keep_outputs: bool = False) -> nbformat.NotebookNode:
     """返回学生版（不改动传入的笔记本）。
@@ -141,8 +165,12 @@ def student_notebook(nb: nbformat.NotebookNode, name: str = "笔记本",
             cell.source = "\n".join(kept)
             if clear:
                 cell.outputs, cell.execution_count = [], None
+            else:
+                _drop_teacher_proofs(cell)
         elif cell.cell_type == "markdown":
             cell.source = _drop_show_solution_text(cell.source, where)
+            if not keep_outputs:
+                cell.source = STALE_OUTPUT_NOTE.sub("", cell.source)
         if "show_solution" in cell.source:
             raise AuthoringError(f"{where}：学生版里还提到 show_solution")
         cells.append(cell)
@@ -158,6 +186,8 @@ class OutputError(ValueError):
 def check_out_dir(inputs: list[Path], out: Path, targets: list[Path], force: bool = False) -> None:
     """``--out`` 不能包含输入的笔记本（那会覆盖或混进教师版）；已有要写的文件时不覆盖，
     除非 ``force``。``student`` 与 ``site`` 两个命令共用。"""
+    if Path(out).exists() and not Path(out).is_dir():
+        raise OutputError(f"--out {out} 是一个已有的文件，不是目录；请给一个（新的）目录")
     out = Path(out).resolve()
     inside = [str(p) for p in inputs if out in Path(p).resolve().parents]
     if inside:
@@ -180,3 +210,70 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False)
         nbformat.write(student_notebook(nb, path.name), target)
         written.append(target)
     return written
+
+
+# ---------------------------------------------------------------- 学生包
+BUNDLE = "gptcourse-学生版"
+INSTALL_NOTE = """# 学生包：从零构建一个会写唐诗的 GPT
+
+这个压缩包是课程的**学生版**：`notebooks/` 下是五章笔记本（练习是存根，输出已清空），
+旁边是运行它们需要的 `gptcourse` 包、语料和课程检查点（`data/`）。语料、字体、检查点都在包里，
+除了第 2 步安装 PyTorch 等依赖，不需要联网，也不需要 GPU。
+
+## 安装（一次）
+
+1. 解压，进入解压出来的 `{bundle}/` 目录。
+2. 建一个虚拟环境：`python -m venv .venv`，然后 Linux/macOS 执行 `source .venv/bin/activate`，
+   Windows 执行 `.venv\\Scripts\\activate`（需要 Python ≥ 3.10，推荐 3.11）。
+3. 安装课程：`pip install "torch==2.13.0" -e ".[dev]"`
+   （用 conda 的话：`conda env create -f environment.yml && conda activate gptcourse`）。
+4. 检查：`python -m gptcourse generate --seed 0` 写出一首诗，就装好了。
+
+## 做题
+
+- `jupyter lab notebooks/`，从 01 开始。每个练习下面的检查单元格会当场告诉你对不对；
+  还没写完的练习，后面的单元格先用包里的版本代替，所以笔记本总能从头跑到尾。
+- 想跑得快一点：`GPTCOURSE_QUICK=1 jupyter lab notebooks/`（训练与采样缩短）。
+- 交作业：见每章最后的“怎样提交”（文件名按老师的规定，例如 `学号_姓名.ipynb`）。
+
+包里的 `gptcourse/` 源码就是参考实现——课程的设计是每章最后证明你写的与包里的完全一致；
+计分看的是你自己写出并通过检查的代码。
+"""
+# 学生包里除了学生版笔记本，还有运行它们要的东西（包、语料、检查点）；不带测试、教师指南和脚本
+BUNDLE_PARTS = ("gptcourse/", "data/", "pyproject.toml", "README.md", "environment.yml",
+                "docs/glossary.md")
+
+
+def _course_files(root: Path) -> list[str]:
+    """仓库里要进学生包的文件（相对路径）：git 跟踪的文件；不是 git 仓库时按目录找。"""
+    try:
+        listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True,
+                                check=True, timeout=60).stdout.decode("utf-8").split("\0")
+    except (OSError, subprocess.SubprocessError):
+        listed = [str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()]
+    keep = [f for f in listed if f and f.startswith(BUNDLE_PARTS) and "__pycache__" not in f
+            and not f.endswith(".pyc")]
+    return sorted(f for f in keep if (root / f).is_file())
+
+
+def write_bundle(notebooks: list[Path], out: Path, force: bool = False) -> Path:
+    """学生包 ``out/学生版.zip``：学生版笔记本（``notebooks/``）、``安装说明.md``，以及运行它们要的
+    ``gptcourse`` 包、``data/``、``pyproject.toml``——解压后 ``pip install -e .`` 就能用，
+    没有教师版的 ``notebooks/``。"""
+    from ..runtime import ROOT
+
+    target = Path(out) / "学生版.zip"
+    check_out_dir(notebooks, out, [target], force)
+    Path(out).mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(target.name + ".tmp")
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
+        z.writestr(f"{BUNDLE}/安装说明.md", INSTALL_NOTE.format(bundle=BUNDLE))
+        for path in notebooks:
+            nb = student_notebook(nbformat.read(path, as_version=4), Path(path).name)
+            z.writestr(f"{BUNDLE}/notebooks/{Path(path).name}", nbformat.writes(nb))
+        for rel in _course_files(ROOT):
+            binary = rel.endswith((".pt", ".otf", ".woff2", ".png", ".gz", ".zip"))
+            z.write(ROOT / rel, f"{BUNDLE}/{rel}",
+                    compress_type=zipfile.ZIP_STORED if binary else zipfile.ZIP_DEFLATED)
+    tmp.replace(target)
+    return target
