@@ -34,7 +34,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from ..errors import UserError
-from ..fastdecode import warm_up_in_background
+from ..fastdecode import cached_decoder, warm_up_in_background
 from ..generate import stream_tokens
 from ..titles import MAX_TITLE
 from ..verse import FORMS
@@ -270,7 +270,8 @@ class Handler(BaseHTTPRequestHandler):
                 "limits": {"prompt": MAX_PROMPT, "acrostic": MAX_ACROSTIC, "title": MAX_TITLE,
                            "max_new_tokens": MAX_NEW_TOKENS, "body_bytes": MAX_BODY,
                            "slots": s.limits.slots, "queue": s.limits.queue},
-                "ranges": RANGES, "zero_ok": list(ZERO_OK)}
+                "ranges": RANGES, "zero_ok": list(ZERO_OK),
+                "compiled": s.compile and cached_decoder(s.model) is not None}
 
     def _pieces(self, p: dict):
         """逐个产出新文字；每个字之后看一眼客户端还在不在，不在就停下（放回名额）。"""
