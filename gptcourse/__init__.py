@@ -15,7 +15,7 @@
     L1 verse titles tokenizer bpe data titled      文字与数据
     L2 rope model                                  模型
     L3 precision distributed objectives train checkpoint   训练与存储
-    L4 sampling constraints generate evaluate acceptance quantize rhyme_probe   推理与评估
+    L4 sampling constraints fastdecode generate evaluate acceptance quantize rhyme_probe  推理与评估
     L5 release                                     发布设置
     L6 serve/                                      网页演示
     L7 cli/ __main__                               命令行（argparse 只在这里）
@@ -42,8 +42,8 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "L1": ("verse", "titles", "tokenizer", "bpe", "data", "titled"),
     "L2": ("rope", "model"),
     "L3": ("precision", "distributed", "objectives", "train", "checkpoint"),
-    "L4": ("sampling", "constraints", "generate", "evaluate", "acceptance", "quantize",
-           "rhyme_probe"),
+    "L4": ("sampling", "constraints", "fastdecode", "generate", "evaluate", "acceptance",
+           "quantize", "rhyme_probe"),
     "L5": ("release",),
     "L6": ("serve",),
     "L7": ("cli", "__main__"),
@@ -69,6 +69,7 @@ if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
         distributed,
         errors,
         evaluate,
+        fastdecode,
         generate,
         mistakes,
         model,

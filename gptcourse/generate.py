@@ -25,12 +25,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
 from .constraints import RELAXED, VerseConstraint
 from .errors import UserError
+from .fastdecode import DTYPES, cached_decoder, decoder_for
 from .model import eval_mode
 from .sampling import (
     NEG_INF,
@@ -48,6 +49,7 @@ from .verse import FORMS
 DEFAULT_MAX_NEW_TOKENS = 100
 MAX_NEW_TOKENS_PER_BLOCK = 64     # max_new_tokens 的上限 = 64 × block_size（course：8192）
 CACHE_BUDGET = 256 * 2**20        # 一批的 KV 缓存最多这么多字节：更多的行分批生成
+COMPILE_MIN_TOKENS = 20_000        # compile=None 时：写这么多词元以上才值得编译（冷缓存的估计）
 MAX_SEED = 2**63                  # seed 在 [0, 2⁶³) 之内（torch.Generator 的范围）
 
 
@@ -106,6 +108,10 @@ class VerseSpec:
             object.__setattr__(self, "rhyme", True)
         object.__setattr__(self, "acrostic", self.acrostic or None)
 
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        return tuple(f.name for f in fields(cls))
+
     @property
     def active(self) -> bool:
         return self.form is not None or self.acrostic is not None or self.rhyme or self.tones
@@ -160,7 +166,8 @@ class _Rules:
 
 def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseSpec,
             max_new_tokens: int | None = None, seed: int | None = None,
-            use_cache: bool = True, relaxed: list[str] | None = None
+            use_cache: bool = True, relaxed: list[str] | None = None,
+            compile: bool | None = False, precision: str = "fp32"
             ) -> Iterator[list[int | None]]:
     """逐步产出每一行新生成的 id（这一行还在"喂提示"或已经结束时为 None）。写完时把约束
     放宽过的地方（``VerseConstraint.fallbacks``，一句话一条）追加到 ``relaxed`` 里。
@@ -205,7 +212,10 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
     total = max(r.n_prompt for r in rows) + max_new_tokens        # 最长可能的序列
     buf = torch.empty(len(rows), total, dtype=torch.long, device=device)   # 预先分配 [B, 最长]
     buf[:, :L0] = torch.tensor([r.ids[:L0] for r in rows], dtype=torch.long)
-    cache = model.new_cache() if use_cache else None
+    fast = _fast_decoder(model, use_cache, compile, precision, len(rows) * max_new_tokens)
+    cache = None if not use_cache else model.new_cache() if fast is None \
+        else fast.new_cache(len(rows))
+    fed = 0                                    # 快速一步：已经送进模型的列数
     t = L0
     with eval_mode(model):
         while True:
@@ -220,7 +230,11 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
                 return
             live = [i for i, r in enumerate(rows) if not r.done and t >= r.n_prompt]  # 要抽样的行
             with torch.inference_mode():      # 只包住这一步：yield 出去之后调用方不受影响
-                if cache is not None and t <= bs:                 # 只把新位置送进模型
+                if fast is not None and t <= bs:                  # 快速一步：一次一列
+                    while fed < t:
+                        logits = fast(cache, buf[:, fed], fed)[:, None]        # [B, 1, V]
+                        fed += 1
+                elif cache is not None and t <= bs:               # 只把新位置送进模型
                     logits = model(seq[:, cache.length:], cache=cache, last_only=True)[0]
                 else:                                              # 无缓存，或上下文已满：整段重算
                     logits = model(seq[:, -bs:], last_only=True)[0]
@@ -239,6 +253,31 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
             buf[:, t] = torch.tensor(step)                                        # 第 t 列
             t += 1
             yield out
+
+
+def _fast_decoder(model, use_cache: bool, compile: bool | None, precision: str, tokens: int):
+    """这次解码用不用快速一步（:mod:`gptcourse.fastdecode`）→ 解码器或 None（教学路径）。
+
+    ``compile=False`` 且 fp32：教学路径（``model(…, cache=…)``，与不带缓存完全一致）；
+    ``precision="bf16"``：快速一步、bf16 权重（``compile=False`` 时不编译）；``compile=True``：
+    编译好的快速一步；``compile=None``（自动）：这个模型已经有编译好的一步就用它，否则写的词元
+    至少 ``COMPILE_MIN_TOKENS`` 个时才编译（编译一次几十秒，见 docs/benchmarks.md）。"""
+    if precision not in DTYPES:
+        raise UserError(f"precision 只能是 {' / '.join(DTYPES)}，收到 {precision!r}")
+    if compile not in (True, False, None):
+        raise UserError(f"compile 必须是 True、False 或 None（自动），收到 {compile!r}")
+    if not use_cache:
+        if compile or precision != "fp32":
+            raise UserError("compile / precision=\"bf16\" 走快速一步，它需要 use_cache=True")
+        return None
+    dtype = DTYPES[precision]
+    if compile is None:
+        if cached_decoder(model, dtype) is not None:
+            return cached_decoder(model, dtype)
+        compile = tokens >= COMPILE_MIN_TOKENS
+    if not compile and precision == "fp32":
+        return None
+    return decoder_for(model, dtype, compile)
 
 
 def _choose(logits: torch.Tensor, live: list[Row], rules: _Rules, tok) -> list[int]:
@@ -267,25 +306,25 @@ def _choose(logits: torch.Tensor, live: list[Row], rules: _Rules, tok) -> list[i
 def _split(kw: dict) -> tuple[SamplingParams, VerseSpec]:
     """generate 系列函数的关键字参数 → (SamplingParams, VerseSpec)；多余的名字 → TypeError。"""
     sampling = {k: kw.pop(k) for k in SamplingParams.names() if k in kw}
-    verse = {k: kw.pop(k) for k in VERSE_FIELDS if k in kw}
+    verse = {k: kw.pop(k) for k in VerseSpec.names() if k in kw}
     if kw:
         raise TypeError(f"未知的参数：{', '.join(kw)}")
     return SamplingParams(**sampling), VerseSpec(**verse)
 
 
-VERSE_FIELDS = ("form", "acrostic", "rhyme", "rhyme_group", "tones", "title")
-
-
 # ---------------------------------------------------------------- 公开接口
 def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = None,
                    seed: int | None = None, use_cache: bool = True,
-                   relaxed: list[str] | None = None, **kw) -> list[str]:
+                   relaxed: list[str] | None = None, compile: bool | None = False,
+                   precision: str = "fp32", **kw) -> list[str]:
     """一次生成一批提示（长度可以不同）→ 每行 提示 + 续写。第 i 行的种子是 ``seed + i``。
 
     其余关键字参数：采样（``temperature``、``top_k``、``top_p``、``repetition_penalty``，见
     :class:`~gptcourse.sampling.SamplingParams`）与格式（``form``、``acrostic``、``rhyme``、
     ``rhyme_group``、``tones``，见 :class:`VerseSpec`）。``relaxed``：可选的列表，约束在哪里
-    放宽过（``RELAXED`` 里的句子）就追加在里面。"""
+    放宽过（``RELAXED`` 里的句子）就追加在里面。``compile`` / ``precision``：用不用编译好的快速
+    一步、权重用 fp32 还是 bf16（默认：教学路径，fp32，与不带缓存完全一致；见
+    :mod:`gptcourse.fastdecode`）。"""
     if isinstance(prompts, str):
         raise TypeError("prompts 应是提示的列表，收到一个字符串；只写一首请用 generate()，"
                         f"或写成 [{prompts!r}]")
@@ -299,7 +338,7 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
     for lo in range(0, max(len(prompts), 1), per):
         s = None if seed is None else seed + lo
         for step in _decode(model, tok, prompts[lo:lo + per], params, spec, max_new_tokens, s,
-                            use_cache, relaxed):
+                            use_cache, relaxed, compile, precision):
             for i, t in enumerate(step):
                 if t is not None:
                     new[lo + i].append(t)
@@ -310,7 +349,8 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
 
 def stream_tokens(model, tok, prompt: str = "", max_new_tokens: int | None = None,
                   seed: int | None = None, use_cache: bool = True,
-                  relaxed: list[str] | None = None, **kw) -> Iterator[str]:
+                  relaxed: list[str] | None = None, compile: bool | None = False,
+                  precision: str = "fp32", **kw) -> Iterator[str]:
     """逐个产出新生成的文字片段（不含提示与最后的结束符）。拼起来 == generate() 的续写部分。
     ``relaxed`` 同 :func:`generate_batch`（写完时填好）。
 
@@ -319,7 +359,7 @@ def stream_tokens(model, tok, prompt: str = "", max_new_tokens: int | None = Non
     params, spec = _split(kw)
     pending: list[int] = []                                       # 还没凑成完整文字的词元
     for (t,) in _decode(model, tok, [prompt], params, spec, max_new_tokens, seed, use_cache,
-                        relaxed):
+                        relaxed, compile, precision):
         if t is not None and t != tok.eos_id:
             pending.append(t)
             text = tok.decode(pending)
@@ -335,18 +375,24 @@ def generate(model, tok, prompt: str = "", max_new_tokens: int | None = None,
              repetition_penalty: float = 1.0, seed: int | None = None, use_cache: bool = True,
              form: str | None = None, acrostic: str | None = None, rhyme: bool = False,
              rhyme_group: str | None = None, tones: bool = False, title: str | None = None,
-             stream: Callable[[str], object] | None = None) -> str:
+             stream: Callable[[str], object] | None = None, compile: bool | None = False,
+             precision: str = "fp32") -> str:
     """写一首诗 → 提示 + 续写（不含结束符）。
 
     ``max_new_tokens=None``：不加约束时 100；给了 ``form``/``acrostic``/``rhyme``/``tones`` 时
     正好够写完一首。采样参数见 :class:`~gptcourse.sampling.SamplingParams`（默认 = 模型自己的
     分布），格式约束与题目见 :class:`VerseSpec`（``title="春晓"``：以题作诗，返回值不含题目）。
-    ``stream``：可选的回调，每生成一个字就调用一次 ``stream(片段)``。
+    ``stream``：可选的回调，每生成一个字就调用一次 ``stream(片段)``。``compile`` / ``precision``
+    同 :func:`generate_batch`（默认走教学路径）。
+
+    采样参数与格式参数的名字和默认值就是 ``SamplingParams`` 与 ``VerseSpec`` 的字段
+    （``tests/test_generate.py`` 用 ``inspect.signature`` 检查两边一致）。
     """
     kw = dict(max_new_tokens=max_new_tokens, seed=seed, use_cache=use_cache,
               temperature=temperature, top_k=top_k, top_p=top_p,
               repetition_penalty=repetition_penalty, form=form, acrostic=acrostic, rhyme=rhyme,
-              rhyme_group=rhyme_group, tones=tones, title=title)
+              rhyme_group=rhyme_group, tones=tones, title=title, compile=compile,
+              precision=precision)
     if stream is None:
         return generate_batch(model, tok, [prompt], **kw)[0]
     pieces = []

@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,14 +20,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m gptcourse.bench",
                                 description="测量训练与生成速度（同一次运行里并排比较）")
     p.add_argument("--quick", action="store_true", help="更小的批次、更少的轮数（只看能不能跑）")
-    p.add_argument("--out", default=str(ROOT / "docs" / "benchmarks.json"),
-                   help="JSON 的路径（默认 docs/benchmarks.json；Markdown 写在它旁边，同名 .md）")
+    p.add_argument("--out", default=None,
+                   help="JSON 的路径（默认 docs/benchmarks.json；--quick 时默认写到临时目录，"
+                        "除非加 --write；Markdown 写在它旁边，同名 .md）")
+    p.add_argument("--write", action="store_true",
+                   help="--quick 时也写进 docs/benchmarks.*（默认不覆盖提交的结果）")
     p.add_argument("--only", choices=BENCHMARKS, action="append",
                    help="只跑某一项（可重复）；JSON 里其他项保留上次的结果")
     p.add_argument("--allow-busy", action="store_true",
                    help="机器忙也写出结果（每个数字都标上“机器忙”）")
     args = p.parse_args(argv)
-    out = Path(args.out)
+    if args.out is not None:
+        out = Path(args.out)
+    elif args.quick and not args.write:          # 快速模式不覆盖提交的 docs/benchmarks.json
+        out = Path(tempfile.gettempdir()) / "gptcourse-bench" / "benchmarks.json"
+    else:
+        out = ROOT / "docs" / "benchmarks.json"
     before = snapshot()
     first = busy_reasons([before], [])
     if first and not args.allow_busy:

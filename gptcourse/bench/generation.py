@@ -16,19 +16,32 @@
 """
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from contextlib import contextmanager
 
 import torch
 
 from ..config import preset
+from ..fastdecode import CACHE_ENV, compiler_available
 from ..generate import generate, generate_batch
 from ..model import GPT, KVCache
 from ..quantize import quantize_dynamic_int8
-from .machine import machine_info, memory_bandwidth
+from ..runtime import ROOT
+from .machine import cache_holding, cache_levels, machine_info, matmul_ceiling
 
 LENGTHS = (32, 64, 128, 256, 512)
+DEFAULT = "默认（fp32 · 预分配缓存 · SDPA · inference_mode · 1 线程）"
+COMPILED = "编译的快速一步（fp32，torch.compile）"
+COMPILED_BF16 = "编译的快速一步（bf16 权重）"
+RELEASE_FAST = "发布设置（押韵约束）· 编译的快速一步"
+FREE_FAST = "发布设置的采样、不加约束 · 编译的快速一步"
+MATVEC = "只做矩阵 × 向量 ×100（fp32 权重各读一遍）"
+MATVEC_BF16 = "只做矩阵 × 向量 ×100（bf16 权重）"
 PROMPT_LEN = 8
 PROMPT = "春风吹绿江南岸"                                   # 加上开头的换行正好 8 个词元
 
@@ -109,11 +122,11 @@ def _steps(model, n: int, grad_ctx) -> int:
     return n
 
 
-def _weights_only(model, n: int) -> int:
-    """下限：每个"词元"只把模型的每个权重矩阵与一个向量相乘一次（fp32 权重各读一遍），共 n 次。"""
-    mats = list({id(m.weight): m.weight.detach() for m in model.modules()
-                 if isinstance(m, torch.nn.Linear)}.values())
-    xs = [torch.randn(1, w.shape[1]) for w in mats]
+def _weights_only(model, n: int, dtype=torch.float32) -> int:
+    """下限：每个"词元"只把模型的每个权重矩阵与一个向量相乘一次（权重各读一遍），共 n 次。"""
+    mats = [w.to(dtype) for w in {id(m.weight): m.weight.detach() for m in model.modules()
+                                  if isinstance(m, torch.nn.Linear)}.values()]
+    xs = [torch.randn(1, w.shape[1]).to(dtype) for w in mats]
     with torch.inference_mode():
         for _ in range(n):
             for w, x in zip(mats, xs):
@@ -127,18 +140,26 @@ def _rates(times: list[tuple[float, float, int]]) -> dict:
     return {"tok_s": wall, "cpu_tok_s": cpu, "tokens": statistics.median(n for *_, n in times)}
 
 
-def shipped_levers(model, tok, rounds: int, n_poems: int, release: dict | None = None) -> dict:
+def shipped_levers(model, tok, rounds: int, n_poems: int, release: dict | None = None,
+                   compiled: bool = True) -> dict:
     """表 1 与表 2：随课程发布的模型，批大小 1 的各个杠杆，以及 16 首一批的吞吐。
 
-    ``release``：检查点的发布设置；有押韵约束时比较“发布设置”与“同样的采样、不加约束”。"""
+    ``release``：检查点的发布设置；有押韵约束时比较“发布设置”与“同样的采样、不加约束”
+    （教学路径与编译的快速一步各一对）。``compiled``：测编译的快速一步（第 0 轮预热时编译）。"""
     q_all = quantize_dynamic_int8(model, include_head=True)
     q_blocks = quantize_dynamic_int8(model)
     steps = 100
     def poems(m):
         return _poems(m, tok, n_poems)
 
+    fast = dict(compile=True)
+    fast16 = dict(compile=True, precision="bf16")
     cases = {
-        "默认（fp32 · 预分配缓存 · SDPA · inference_mode · 1 线程）": (model, {}, poems),
+        DEFAULT: (model, {}, poems),
+        **({} if not compiled else {
+            COMPILED: (model, {}, lambda m: _poems(m, tok, n_poems, **fast)),
+            COMPILED_BF16: (model, {}, lambda m: _poems(m, tok, n_poems, **fast16)),
+        }),
         "旧式缓存（每步 torch.cat）": (model, dict(cat_cache=True), poems),
         "手写注意力（代替 SDPA）": (model, dict(manual=True), poems),
         "输出头算全部位置（旧做法）": (model, dict(full_head=True), poems),
@@ -153,14 +174,24 @@ def shipped_levers(model, tok, rounds: int, n_poems: int, release: dict | None =
                 (model, {}, lambda m: _poems(m, tok, n_poems, **release)),
             "发布设置的采样、不加约束": (model, {}, lambda m: _poems(
                 m, tok, n_poems, **{**release, "rhyme": False, "tones": False})),
+            **({} if not compiled else {
+                RELEASE_FAST: (model, {}, lambda m: _poems(m, tok, n_poems, **release, **fast)),
+                FREE_FAST: (model, {}, lambda m: _poems(
+                    m, tok, n_poems, **{**release, "rhyme": False, "tones": False}, **fast)),
+            }),
         }),
         "模型单步 ×100（inference_mode）":
             (model, {}, lambda m: _steps(m, steps, torch.inference_mode)),
         "模型单步 ×100（no_grad）": (model, {}, lambda m: _steps(m, steps, torch.no_grad)),
-        "只做矩阵 × 向量 ×100（权重各读一遍）": (model, {}, lambda m: _weights_only(m, steps)),
+        MATVEC: (model, {}, lambda m: _weights_only(m, steps)),
+        MATVEC_BF16: (model, {}, lambda m: _weights_only(m, steps, torch.bfloat16)),
     }
     batch_cases = {"逐首写 16 首": lambda: _poems(model, tok, 16),
                    "generate_batch 一次 16 首": lambda: _batch(model, tok, 16)}
+    if compiled:
+        batch_cases |= {"逐首写 16 首（编译）": lambda: _poems(model, tok, 16, **fast),
+                        "generate_batch 一次 16 首（编译）": lambda: _batch(model, tok, 16, **fast)}
+        _batch(model, tok, 16, **fast)                            # 批大小 16 的编译，不计时
     times: dict[str, list] = {k: [] for k in (*cases, *batch_cases)}
     for r in range(rounds + 1):                                   # 第 0 轮是预热，不计
         for name, (m, lever, fn) in cases.items():
@@ -177,9 +208,12 @@ def shipped_levers(model, tok, rounds: int, n_poems: int, release: dict | None =
         row["vs_default"] = row["tok_s"] / base["tok_s"]
         row["cpu_vs_default"] = row["cpu_tok_s"] / base["cpu_tok_s"]
     batch = [{"case": k, **_rates(times[k])} for k in batch_cases]
-    return {"levers": rows, "batch16": batch,
-            "batch16_speedup": batch[1]["tok_s"] / batch[0]["tok_s"],
-            "batch16_cpu_speedup": batch[1]["cpu_tok_s"] / batch[0]["cpu_tok_s"]}
+    out = {"levers": rows, "batch16": batch,
+           "batch16_speedup": batch[1]["tok_s"] / batch[0]["tok_s"],
+           "batch16_cpu_speedup": batch[1]["cpu_tok_s"] / batch[0]["cpu_tok_s"]}
+    if compiled:                               # 编译的一批 16 首 ÷ 编译的逐首写
+        out["batch16_compiled_speedup"] = batch[3]["tok_s"] / batch[2]["tok_s"]
+    return out
 
 
 def cache_table(lengths=LENGTHS, repeats: int = 2, tok=None) -> list[dict]:
@@ -212,7 +246,7 @@ def cache_table(lengths=LENGTHS, repeats: int = 2, tok=None) -> list[dict]:
 
 
 def run(quick: bool = False, lengths: tuple[int, ...] | None = None, repeats: int | None = None,
-        threads: int | None = 1) -> dict:
+        threads: int | None = 1, demo: bool = False) -> dict:
     """测量并打印三张表，返回可以写成 JSON 的字典。
 
     quick=True：每个配置 1 轮、只测 32 和 64 个新词元。只给 ``lengths`` 时只测表 3（测试用）。
@@ -236,15 +270,25 @@ def run(quick: bool = False, lengths: tuple[int, ...] | None = None, repeats: in
             print(f"\n随课程发布的模型（{sum(p.numel() for p in model.parameters()):,} 个参数），"
                   f"批大小 1，每个配置写 {n_poems} 首（种子 0…{n_poems - 1}，默认温度 1，"
                   f"最多 100 个词元），{rounds} 轮取中位数")
-            result |= shipped_levers(model, tok, rounds, n_poems, release.settings(meta))
+            compiled = compiler_available()[0]
+            result |= shipped_levers(model, tok, rounds, n_poems, release.settings(meta),
+                                     compiled)
             print_levers(result)
-            result["floor"] = bandwidth_floor(model, result["levers"][0]["tok_s"],
-                                              memory_bandwidth(32 if quick else 256,
-                                                               2 if quick else 5))
-            f = result["floor"]
-            print(f"\n内存带宽 {f['gb_s']:.1f} GB/s；每个词元读一遍 {f['weight_mb']:.1f} MB 权重 → "
-                  f"下限 {f['floor_tok_s']:,.0f} tok/s；默认设置达到它的 {f['fraction']:.0%}")
-            result["peer"] = peer_row(model, tok, quick)
+            result["limit"] = real_limit(model, result["levers"],
+                                         matmul_ceiling(512 if quick else 2048,
+                                                        3 if quick else 5)["gflops"])
+            print_limit(result["limit"])
+            if compiled:
+                result["compile"] = compile_times()
+                result["compile"] |= break_even(result["compile"], result["levers"])
+                c = result["compile"]
+                print(f"\n编译（批大小 1，新进程）：冷缓存 {c['cold_s'] or 0:.1f} 秒、热缓存 "
+                      f"{c['warm_s'] or 0:.1f} 秒；划算的门槛 "
+                      f"{c.get('cold_tokens') or 0:,.0f} / {c.get('warm_tokens') or 0:,.0f} 个词元")
+            result["peer"] = peer_row(model, tok, quick, compiled)
+            if not quick or demo:
+                from .server import demo_latency
+                result["demo"] = demo_latency(requests=8 if quick else 50)
         lengths = lengths or ((32, 64) if quick else LENGTHS)
         repeats = repeats or (1 if quick else 2)
         print(f"\n缓存 vs 整段重算：课程设计、随机权重、block_size ≥ 640，"
@@ -270,19 +314,72 @@ def print_levers(r: dict) -> None:
           f"{r['batch16_cpu_speedup']:.2f} 倍）")
 
 
-def bandwidth_floor(model, tok_s: float, memory: dict) -> dict:
-    """批大小 1：每个词元要把全部权重矩阵读一遍 → 按内存带宽算的词元/秒上限，以及实测占它多少。"""
+def real_limit(model, levers: list[dict], fp32_gflops: float) -> dict:
+    """批大小 1 的解码受什么限制：同一次运行里测的"只做矩阵 × 向量"（权重留在缓存里时的真实
+    上限）与"按 fp32 矩阵乘法上限算的 FLOP 上限"，各解码配置占矩阵 × 向量那一行的多少，以及
+    权重放得进哪一级缓存（读 /sys/devices/system/cpu/cpu0/cache/）。"""
     mats = {id(m.weight): m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)}
+    macs = sum(w.numel() for w in mats.values())                   # 每个词元的乘加次数
     nbytes = sum(w.nbytes for w in mats.values())
-    floor = memory["gb_s"] * 1e9 / nbytes
-    return {"gb_s": memory["gb_s"], "weight_mb": nbytes / 1e6, "floor_tok_s": floor,
-            "tok_s": tok_s, "fraction": tok_s / floor}
+    rate = {r["case"]: r["tok_s"] for r in levers}
+    matvec, matvec16 = rate.get(MATVEC), rate.get(MATVEC_BF16)
+    shares = {}
+    for case, ref in ((DEFAULT, matvec), (COMPILED, matvec), (COMPILED_BF16, matvec16),
+                      (COMPILED_BF16 + " ÷ fp32 矩阵 × 向量", matvec)):
+        name = case.split(" ÷ ")[0]
+        if name in rate and ref:
+            shares[case] = rate[name] / ref
+    return {"weight_mb": nbytes / 1e6, "macs_per_token": macs,
+            "cache_level": cache_holding(nbytes), "cache_level_bf16": cache_holding(nbytes // 2),
+            "caches": cache_levels(), "matvec_tok_s": matvec, "matvec_bf16_tok_s": matvec16,
+            "flop_tok_s": fp32_gflops * 1e9 / (2 * macs), "fp32_gflops": fp32_gflops,
+            "shares": shares}
+
+
+def compile_times(checkpoint_path=None) -> dict:
+    """编译的快速一步（批大小 1，fp32）要多久：新进程、空的 inductor 缓存（冷）与同一个缓存
+    再来一次（热）。各在一个子进程里计时 warm_up（不含进程启动和加载检查点）。"""
+    code = ("import sys, torch; torch.set_num_threads(1)\n"
+            "from gptcourse import checkpoint\nfrom gptcourse.fastdecode import FastDecoder\n"
+            "m, t, _ = checkpoint.load(sys.argv[1] if len(sys.argv) > 1 else None)\n"
+            "d = FastDecoder(m.eval(), compile=True)\ns = d.warm_up(1)\n"
+            "print(s if d.compiled else -1)\n")
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {k: v for k, v in os.environ.items() if k != "TORCHINDUCTOR_CACHE_DIR"}
+        env[CACHE_ENV] = tmp
+        args = [sys.executable, "-c", code, *([str(checkpoint_path)] if checkpoint_path else [])]
+        for name in ("cold_s", "warm_s"):
+            r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1800,
+                               cwd=str(ROOT))
+            lines = r.stdout.strip().splitlines()
+            out[name] = float(lines[-1]) if r.returncode == 0 and lines else None
+    return out
+
+
+def break_even(times: dict, levers: list[dict]) -> dict:
+    """编译多花的秒数 ÷ 每个词元省下的秒数 = 写多少个词元以上编译才划算（冷缓存与热缓存）。"""
+    rate = {r["case"]: r["tok_s"] for r in levers}
+    if COMPILED not in rate:
+        return {}
+    saved = 1 / rate[DEFAULT] - 1 / rate[COMPILED]                # 每个词元省下的秒数
+    return {k.replace("_s", "_tokens"): (v / saved if v and saved > 0 else None)
+            for k, v in times.items()}
 
 
 PEER_PROMPTS = tuple("春秋山江月花风云夜雨雪柳孤天白长明万青落")   # 20 个一字提示
 
 
-def peer_row(model, tok, quick: bool) -> dict:
+def print_limit(f: dict) -> None:
+    print(f"\n权重 {f['weight_mb']:.1f} MB（fp32）放在 {f['cache_level']}（bf16 时 "
+          f"{f['cache_level_bf16']}）：真实上限是同一次运行里的矩阵 × 向量 "
+          f"{f['matvec_tok_s']:,.0f} tok/s（bf16 {f['matvec_bf16_tok_s'] or 0:,.0f}），"
+          f"FLOP 上限 {f['flop_tok_s']:,.0f} tok/s")
+    for case, share in f["shares"].items():
+        print(f"  {case}：矩阵 × 向量那一行的 {share:.0%}")
+
+
+def peer_row(model, tok, quick: bool, compiled: bool = False) -> dict:
     """同样的权重搬进 transformers 的 LlamaForCausalLM，贪心解码同样的词元，交替计时。"""
     from . import peer
     if not peer.available():
@@ -291,7 +388,8 @@ def peer_row(model, tok, quick: bool) -> dict:
         return {"skipped": "transformers 没有安装"}
     hf = peer.to_llama(model, tok)
     prompts = list(PEER_PROMPTS[:4] if quick else PEER_PROMPTS)
-    r = peer.greedy_pair(model, tok, hf, prompts, rounds=1 if quick else 3)
+    r = peer.greedy_pair(model, tok, hf, prompts, rounds=1 if quick else 3,
+                         fast=dict(compile=True) if compiled else None)
     print(f"\n对照 transformers LlamaForCausalLM.generate（同样的权重，logits 差 "
           f"{r['logit_gap']:.1e}；{r['prompts']} 个提示、贪心、共 {r['tokens']} 个相同的词元，"
           f"{r['rounds']} 轮交替）：我们 {r['ours']['tok_s']:,.0f} tok/s，transformers "

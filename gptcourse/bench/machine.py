@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 
 import torch
 
@@ -134,3 +135,29 @@ def limits(quick: bool = False) -> dict:
             "bf16": matmul_ceiling(256 if quick or not native_bf16 else 2048,
                                    2 if quick else 3, torch.bfloat16),
             "memory": memory_bandwidth(32 if quick else 256, 2 if quick else 5)}
+
+
+def cache_levels(cpu: str = "/sys/devices/system/cpu/cpu0/cache") -> list[dict]:
+    """CPU 0 看得见的各级数据缓存：[{"level", "type", "bytes", "shared_cpus"}]；读不到时空列表。"""
+    out = []
+    for d in sorted(Path(cpu).glob("index*")):
+        try:
+            kind = (d / "type").read_text().strip()
+            if kind == "Instruction":
+                continue
+            size = (d / "size").read_text().strip()
+            mult = {"K": 2**10, "M": 2**20, "G": 2**30}.get(size[-1], 1)
+            out.append({"level": int((d / "level").read_text()), "type": kind,
+                        "bytes": int(size.rstrip("KMG")) * mult,
+                        "shared_cpus": (d / "shared_cpu_list").read_text().strip()})
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def cache_holding(nbytes: int, levels: list[dict] | None = None) -> str:
+    """放得下 nbytes 的最小一级缓存（"L3（105 MiB）"）；都放不下 → "内存（DRAM）"。"""
+    for c in sorted(levels if levels is not None else cache_levels(), key=lambda c: c["level"]):
+        if c["bytes"] >= nbytes:
+            return f"L{c['level']}（{c['bytes'] / 2**20:g} MiB）"
+    return "内存（DRAM）"

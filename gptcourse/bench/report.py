@@ -69,13 +69,33 @@ def _generation(g: dict) -> list[str]:
            "### 1. 随课程发布的模型，批大小 1，带 KV 缓存（全部走 `generate()`）", "",
            "各配置按轮交替计时，取各轮中位数；每个数给墙钟与本进程 CPU 时间两种口径。", "",
            markdown_levers(g)]
-    if "floor" in g:
-        f = g["floor"]
-        out += ["", f"**内存带宽下限**：每个词元要把 {f['weight_mb']:.1f} MB fp32 权重读一遍，"
-                    f"按 {f['gb_s']:.1f} GB/s（与解码一样用 1 个线程测的复制带宽）算最多 "
-                    f"{f['floor_tok_s']:,.0f} 词元/秒；"
-                    "默认设置达到它的 "
-                    f"**{f['fraction']:.0%}**（{f['tok_s']:,.0f} 词元/秒）。"]
+    if "limit" in g:
+        f = g["limit"]
+        out += ["", f"**真实上限**：fp32 权重 {f['weight_mb']:.1f} MB，放在 {f['cache_level']}"
+                    f"（bf16 时 {f['cache_level_bf16']}），所以限制它的不是内存带宽，"
+                    "而是同一次运行里"
+                    f"“只做矩阵 × 向量”那一行（{f['matvec_tok_s']:,.0f} 词元/秒；bf16 "
+                    f"{f['matvec_bf16_tok_s'] or 0:,.0f}）；按 fp32 矩阵乘法上限 "
+                    f"{f['fp32_gflops']:.0f} GFLOP/s 算的 FLOP 上限是 "
+                    f"{f['flop_tok_s']:,.0f} 词元/秒。"]
+        out += [f"- {case}：矩阵 × 向量那一行的 **{share:.0%}**"
+                for case, share in f["shares"].items()]
+    c = g.get("compile") or {}
+    if c:
+        out += ["", f"编译的快速一步（批大小 1，新进程）：冷缓存 {c.get('cold_s') or 0:.1f} 秒，"
+                    "热缓存 "
+                    f"{c.get('warm_s') or 0:.1f} 秒；写 {c.get('cold_tokens') or 0:,.0f}（冷）/ "
+                    f"{c.get('warm_tokens') or 0:,.0f}（热）个词元以上编译才划算。"]
+    d = g.get("demo") or {}
+    if d.get("rows"):
+        out += ["", "### 网页演示（127.0.0.1，`/api/stream`，发布设置，编译的快速一步）", "",
+                *_md(["客户端", "请求", "首字 p50 秒", "首字 p95 秒", "整首七律 p50 秒",
+                       "整首七律 p95 秒"],
+                     [[str(r["clients"]), str(r["ok"]), f"{r['first_p50_s']:.3f}",
+                       f"{r['first_p95_s']:.3f}", f"{r['whole_p50_s']:.3f}",
+                       f"{r['whole_p95_s']:.3f}"] for r in d["rows"]])]
+    out += ["", "### 发布配方训练到目标损失的时间", "",
+            "（待填：主持人用发布配方的一次空闲运行填写。）"]
     p = g.get("peer") or {}
     if "speedup" in p:
         out += ["", "### 对照 Hugging Face transformers", "",
@@ -88,7 +108,9 @@ def _generation(g: dict) -> list[str]:
                       ["transformers `generate()`", f"{p['transformers']['tok_s']:,.0f}",
                        f"{p['transformers']['cpu_tok_s']:,.0f}"]]),
                 "", f"我们是 transformers 的 **{p['speedup']:.2f} 倍**"
-                    f"（CPU 时间口径 {p['cpu_speedup']:.2f} 倍）。"]
+                    f"（CPU 时间口径 {p['cpu_speedup']:.2f} 倍）"
+                    + (f"；编译的快速一步 {p['ours_fast']['tok_s']:,.0f} tok/s，是它的 "
+                       f"**{p['fast_speedup']:.2f} 倍**。" if "fast_speedup" in p else "。")]
     elif p:
         out += ["", f"（Hugging Face 对照这次跳过：{p['skipped']}。）"]
     if g.get("rows"):

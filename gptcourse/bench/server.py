@@ -35,10 +35,10 @@ from .training import machine_info
 CONCURRENCY = (1, 4, 16)
 
 
-def start_server(checkpoint: Path) -> tuple[subprocess.Popen, int]:
-    """子进程里启动 serve（端口 0），从启动横幅里读出端口。"""
+def start_server(checkpoint: Path, *extra: str) -> tuple[subprocess.Popen, int]:
+    """子进程里启动 serve（端口 0），从启动横幅里读出端口。``extra``：更多命令行参数。"""
     proc = subprocess.Popen([sys.executable, "-m", "gptcourse", "serve", "--port", "0",
-                             "--checkpoint", str(checkpoint)],
+                             "--checkpoint", str(checkpoint), *extra],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     line = proc.stdout.readline()                 # "网页演示已启动：http://127.0.0.1:PORT/ …"
     if "http://" not in line:
@@ -260,6 +260,77 @@ def markdown_table(result: dict) -> str:
                      f"{r['req_per_s']:.2f} | {r['p50_s']:.2f} | {r['p95_s']:.2f} | "
                      f"{r['max_s']:.2f} |")
     return "\n".join(lines)
+
+
+def stream_request(port: int, body: dict, timeout: float = 120) -> tuple[int, float, float]:
+    """``POST /api/stream`` → (状态码, 第一个字到达的秒数, 整首到达的秒数)。"""
+    t0 = time.perf_counter()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    first = whole = float("nan")
+    try:
+        conn.request("POST", "/api/stream", json.dumps(body), {"Content-Type": "application/json"})
+        resp = conn.getresponse()
+        status = resp.status
+        for line in resp:
+            if first != first and b'"piece"' in line:
+                first = time.perf_counter() - t0
+        whole = time.perf_counter() - t0
+    except OSError:
+        status = 0
+    finally:
+        conn.close()
+    return status, first, whole
+
+
+def demo_latency(requests: int = 50, clients=(1, 8), checkpoint: Path = SHIPPED,
+                 wait_compile: float = 900) -> dict:
+    """网页演示的首字时间与整首七律的时间（发布设置、form=七律），p50/p95，1 与 8 个并发客户端。
+    服务器带 ``--compile`` 启动，等后台编译完（/api/info 的 compiled）才开始计时。"""
+    proc, port = start_server(checkpoint, "--compile")
+    try:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < wait_compile:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/api/info")
+            if json.loads(conn.getresponse().read()).get("compiled"):
+                break
+            conn.close()
+            time.sleep(1)
+        compiled_after = time.monotonic() - t0
+        stream_request(port, {"form": "七律", "seed": 0})                   # 预热
+        rows = []
+        for c in clients:
+            lock, out, nxt = threading.Lock(), [], [0]
+
+            def client(lock=lock, out=out, nxt=nxt):
+                while True:
+                    with lock:
+                        i = nxt[0]
+                        if i >= requests:
+                            return
+                        nxt[0] += 1
+                    r = stream_request(port, {"form": "七律", "seed": i})
+                    with lock:
+                        out.append(r)
+            threads = [threading.Thread(target=client) for _ in range(c)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            ok = [(f, w) for s, f, w in out if s == 200]
+            rows.append({"clients": c, "sent": len(out), "ok": len(ok),
+                         "first_p50_s": percentile([f for f, _ in ok], 0.5),
+                         "first_p95_s": percentile([f for f, _ in ok], 0.95),
+                         "whole_p50_s": percentile([w for _, w in ok], 0.5),
+                         "whole_p95_s": percentile([w for _, w in ok], 0.95)})
+            r = rows[-1]
+            print(f"网页演示 {c} 个客户端：首字 p50 {r['first_p50_s']:.3f} 秒、p95 "
+                  f"{r['first_p95_s']:.3f} 秒；整首七律 p50 {r['whole_p50_s']:.3f} 秒、p95 "
+                  f"{r['whole_p95_s']:.3f} 秒（{r['ok']}/{r['sent']} 成功）", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    return {"requests": requests, "compiled_after_s": compiled_after, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:

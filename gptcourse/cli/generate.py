@@ -6,7 +6,7 @@ import sys
 
 from .. import checkpoint, release
 from ..errors import UserError
-from ..generate import DEFAULT_MAX_NEW_TOKENS, VERSE_FIELDS, generate_batch, stream_tokens
+from ..generate import DEFAULT_MAX_NEW_TOKENS, VerseSpec, generate_batch, stream_tokens
 from ..runtime import get_device
 from ..verse import FORMS
 
@@ -49,7 +49,7 @@ def cli_main(args) -> int:
         raise UserError(f"-n 必须在 [1, {MAX_SAMPLES}] 之内，收到 {args.num_samples}")
     model, tok, meta = checkpoint.load(args.checkpoint,
                                        map_location=str(get_device(args.device)))
-    given = {name: getattr(args, name) for name in (*release.SETTING_KEYS, *VERSE_FIELDS)}
+    given = {name: getattr(args, name) for name in (*release.SETTING_KEYS, *VerseSpec.names())}
     decoding = release.for_request(meta, given, args.max_new_tokens, tok, args.prompt)
     relaxed = decoding["relaxed"]                  # 发布设置没用上、约束放宽过：写在 stderr
     kw = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache, **decoding)

@@ -1,8 +1,11 @@
 """命令行 ``python -m gptcourse serve``：本地网页演示（默认解码参数 = 检查点的发布设置）。"""
 from __future__ import annotations
 
+import argparse
+
 from .. import checkpoint, release
 from ..errors import UserError
+from ..fastdecode import compiler_available
 from ..serve import make_server
 
 
@@ -15,6 +18,9 @@ def cli_arguments(p) -> None:
                    help="额外允许的 Host 名（例如 teacher-pc.local；可重复）")
     p.add_argument("--allow-origin", action="append", default=[], metavar="来源",
                    help="额外允许的跨站来源（例如 http://course.example；可重复）")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="在后台编译快速解码（默认：有 C++ 编译器时编译；编译结果缓存在 "
+                        "$GPTCOURSE_INDUCTOR_CACHE 或用户缓存目录，第二次启动只要几秒）")
 
 
 def cli_main(args) -> int:
@@ -24,7 +30,9 @@ def cli_main(args) -> int:
     try:
         server = make_server(model, tok, args.host, args.port, verbose=True,
                              allow_hosts=args.allow_host, allow_origins=args.allow_origin,
-                             defaults=release.settings(meta))
+                             defaults=release.settings(meta),
+                             compile=compiler_available()[0] if args.compile is None
+                             else args.compile)
     except OSError as e:
         raise UserError(f"无法在 {args.host}:{args.port} 上启动服务器（{e.strerror or e}）") \
             from None

@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 from ..errors import UserError
+from ..fastdecode import cached_decoder, warm_up_in_background
 from ..generate import stream_tokens
 from ..titles import MAX_TITLE
 from ..verse import FORMS
@@ -269,11 +270,13 @@ class Handler(BaseHTTPRequestHandler):
                 "limits": {"prompt": MAX_PROMPT, "acrostic": MAX_ACROSTIC, "title": MAX_TITLE,
                            "max_new_tokens": MAX_NEW_TOKENS, "body_bytes": MAX_BODY,
                            "slots": s.limits.slots, "queue": s.limits.queue},
-                "ranges": RANGES, "zero_ok": list(ZERO_OK)}
+                "ranges": RANGES, "zero_ok": list(ZERO_OK),
+                "compiled": s.compile and cached_decoder(s.model) is not None}
 
     def _pieces(self, p: dict):
         """逐个产出新文字；每个字之后看一眼客户端还在不在，不在就停下（放回名额）。"""
-        gen = stream_tokens(self.server.model, self.server.tok, **p)
+        gen = stream_tokens(self.server.model, self.server.tok, **p,
+                            compile=None if self.server.compile else False)
         try:
             for piece in gen:
                 if client_gone(self.connection):
@@ -318,8 +321,11 @@ class DemoServer(BoundedHTTPServer):
 
 def make_server(model, tok, host: str = "127.0.0.1", port: int = 8000, verbose: bool = False,
                 *, limits: Limits | None = None, allow_hosts=(), allow_origins=(),
-                defaults: dict | None = None) -> DemoServer:
+                defaults: dict | None = None, compile: bool = False) -> DemoServer:
     """建好（但不启动）服务器；``port=0`` 让系统挑一个空闲端口（见 ``server.server_address``）。
+
+    ``compile=True``：在后台线程里编译快速一步（:mod:`gptcourse.fastdecode`，编译结果存在磁盘
+    缓存里，再次启动只要几秒）；编译好之前的请求走普通路径，之后的走编译好的一步。
 
     ``defaults``：请求里没给的解码参数取这里的值（命令行传入检查点的发布设置）。"""
     given = {k: v for k, v in (defaults or {}).items() if k in DEFAULTS}
@@ -331,4 +337,6 @@ def make_server(model, tok, host: str = "127.0.0.1", port: int = 8000, verbose: 
     server.model, server.tok, server.verbose = model, tok, verbose
     server.defaults = {**DEFAULTS, **given}
     server.policy = HostPolicy(host, allow_hosts, allow_origins)
+    server.compile = compile
+    server.warming = warm_up_in_background(model) if compile else None
     return server

@@ -1,0 +1,211 @@
+"""快速一步（gptcourse.fastdecode）与 generate 的 compile= / precision= 选项。
+
+不依赖 CPU 的舍入：比较容差内的 logits 与 top-2 之差远大于容差时的贪心词元；编译的测试只有一个
+（很小的模型，批大小 1），其余编译测试要 GPTCOURSE_COMPILE_TESTS=1。"""
+from __future__ import annotations
+
+import inspect
+import os
+
+import pytest
+import torch
+
+from gptcourse import fastdecode
+from gptcourse.config import preset
+from gptcourse.errors import UserError
+from gptcourse.generate import VerseSpec, generate, generate_batch, stream_tokens
+from gptcourse.model import GPT
+from gptcourse.sampling import SamplingParams
+from gptcourse.tokenizer import CharTokenizer
+
+TEXT = "\n春风吹绿江南岸，明月何时照我还。白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"
+MORE_COMPILE = pytest.mark.skipif(os.environ.get("GPTCOURSE_COMPILE_TESTS") != "1",
+                                  reason="编译要几十秒：GPTCOURSE_COMPILE_TESTS=1 时才跑")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return CharTokenizer.from_text(TEXT)
+
+
+def tiny(tok, pos="rope", seed=0) -> GPT:
+    torch.manual_seed(seed)
+    design = "course" if pos == "rope" else "mini"
+    return GPT(preset(design, vocab_size=tok.vocab_size, block_size=32, n_layer=2, n_head=2,
+                      n_embd=32, dropout=0.0, attn_dropout=0.0, resid_dropout=0.0)).eval()
+
+
+def teacher_logits(model, ids: list[int]) -> torch.Tensor:
+    """教学路径逐位置的 logits [T, V]（带缓存，一次一个词元）。"""
+    cache, out = model.new_cache(), []
+    with torch.inference_mode():
+        for i in ids:
+            out.append(model(torch.tensor([[i]]), cache=cache)[0][0, -1])
+    return torch.stack(out)
+
+
+def fast_logits(decoder, ids: list[int], batch: int = 1) -> torch.Tensor:
+    cache = decoder.new_cache(batch)
+    return torch.stack([decoder(cache, torch.full((batch,), i), t)[0]
+                        for t, i in enumerate(ids)])
+
+
+@pytest.mark.parametrize("pos", ["rope", "learned"])
+def test_static_step_equals_the_model_in_fp32(tok, pos):
+    model = tiny(tok, pos)
+    ids = [tok.eos_id] + tok.encode(TEXT[1:30])
+    d = fastdecode.FastDecoder(model, compile=False)
+    torch.testing.assert_close(fast_logits(d, ids), teacher_logits(model, ids),
+                               atol=1e-5, rtol=1e-5)
+
+
+def test_static_step_in_bf16_is_close_and_leaves_the_model_alone(tok):
+    model = tiny(tok)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    ids = [tok.eos_id] + tok.encode(TEXT[1:30])
+    d = fastdecode.FastDecoder(model, torch.bfloat16, compile=False)
+    assert d.step.model is not model and next(d.step.model.parameters()).dtype == torch.bfloat16
+    got, want = fast_logits(d, ids), teacher_logits(model, ids)
+    assert got.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=0.05, rtol=0.05)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
+    assert next(model.parameters()).dtype == torch.float32
+
+
+def test_caches_are_separate_per_caller(tok):
+    """同一个解码器、两个缓存交替前进：各自的结果与单独运行相同（网页演示的并发请求）。"""
+    model = tiny(tok)
+    d = fastdecode.FastDecoder(model, compile=False)
+    a, b = [tok.eos_id] + tok.encode("春风吹绿"), [tok.eos_id] + tok.encode("白日依山")
+    ca, cb = d.new_cache(), d.new_cache()
+    mixed_a, mixed_b = [], []
+    for t, (x, y) in enumerate(zip(a, b)):
+        mixed_a.append(d(ca, torch.tensor([x]), t)[0])
+        mixed_b.append(d(cb, torch.tensor([y]), t)[0])
+    torch.testing.assert_close(torch.stack(mixed_a), fast_logits(d, a), atol=0, rtol=0)
+    torch.testing.assert_close(torch.stack(mixed_b), fast_logits(d, b), atol=0, rtol=0)
+
+
+def _clear_greedy(model, tok, prompt: str, n: int, margin: float = 1e-3) -> bool:
+    """教学路径贪心写 n 个词元时，每一步第一名都比第二名大 margin 以上（舍入翻不了它）。"""
+    ids = [tok.eos_id] + tok.encode(prompt)
+    cache = model.new_cache()
+    with torch.inference_mode():
+        x = torch.tensor([ids])
+        for _ in range(n):
+            logits = model(x, cache=cache)[0][0, -1]
+            top = logits.topk(2).values
+            if top[0] - top[1] < margin:
+                return False
+            x = logits.argmax().view(1, 1)
+    return True
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_generate_fast_path_writes_the_same_greedy_tokens(tok, precision):
+    model = tiny(tok)
+    prompts = [p for p in ("春", "明月", "白日依", "黄") if _clear_greedy(model, tok, p, 20, 0.1)]
+    assert prompts                                             # 这个小模型上至少有一个清楚的例子
+    want = generate_batch(model, tok, prompts, max_new_tokens=20, temperature=0)
+    assert generate_batch(model, tok, prompts, max_new_tokens=20, temperature=0,
+                          precision=precision) == want
+    assert [generate(model, tok, p, max_new_tokens=20, temperature=0, precision=precision)
+            for p in prompts] == want
+
+
+def test_fast_path_past_block_size_and_with_constraints(tok):
+    """上下文满了之后退回整段重算；诗体约束照样满足；流式输出与一次返回相同。"""
+    model = tiny(tok)
+    out = generate(model, tok, "春", max_new_tokens=60, temperature=0.8, seed=3,
+                   precision="bf16")
+    assert out.startswith("春") and len(tok.encode(out)) <= 61
+    poem = generate(model, tok, "", form="五绝", seed=1, precision="bf16")
+    lines = poem.replace("。", "，").split("，")[:4]
+    assert [len(x) for x in lines] == [5, 5, 5, 5]
+    streamed = "".join(stream_tokens(model, tok, "春", max_new_tokens=12, seed=2,
+                                     precision="bf16"))
+    assert "春" + streamed == generate(model, tok, "春", max_new_tokens=12, seed=2,
+                                       precision="bf16")
+
+
+def test_default_is_the_teaching_path(tok, monkeypatch):
+    """默认（compile=False、fp32）不碰快速一步；compile=None 在词元少、没有编译好的一步时也不碰。"""
+    model = tiny(tok)
+
+    def boom(*a, **k):
+        raise AssertionError("快速一步不该被用到")
+    monkeypatch.setattr("gptcourse.generate.decoder_for", boom)
+    generate(model, tok, "春", max_new_tokens=8, seed=0)
+    generate(model, tok, "春", max_new_tokens=8, seed=0, compile=None)
+
+
+def test_bad_fast_options(tok):
+    model = tiny(tok)
+    with pytest.raises(UserError, match="precision"):
+        generate(model, tok, "春", precision="fp16")
+    with pytest.raises(UserError, match="use_cache"):
+        generate(model, tok, "春", use_cache=False, precision="bf16")
+    with pytest.raises(UserError, match="compile"):
+        generate(model, tok, "春", compile="yes")
+
+
+def test_inductor_cache_dir_is_the_users_and_configurable(monkeypatch, tmp_path):
+    monkeypatch.delenv(fastdecode.CACHE_ENV, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    path = fastdecode.inductor_cache_dir()
+    if fastdecode.sys.platform.startswith("linux"):
+        assert path == tmp_path / "xdg" / "gptcourse" / "inductor"
+    assert path.parts[-2:] == ("gptcourse", "inductor")
+    monkeypatch.setenv(fastdecode.CACHE_ENV, str(tmp_path / "mine"))
+    assert fastdecode.inductor_cache_dir() == tmp_path / "mine"
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    assert fastdecode.use_inductor_cache() == tmp_path / "mine"
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "mine")
+    assert (tmp_path / "mine").is_dir()
+
+
+def test_no_compiler_falls_back_with_a_reason(tok, monkeypatch):
+    monkeypatch.setattr(fastdecode.shutil, "which", lambda name: None)
+    d = fastdecode.FastDecoder(tiny(tok), compile=True)
+    assert not d.compiled and "C++" in d.reason and d.ready(1)
+
+
+def test_generate_signature_is_sampling_params_and_verse_spec():
+    """generate() 的采样与格式参数 = SamplingParams 与 VerseSpec 的字段，默认值相同（不会漂移）。"""
+    sig = inspect.signature(generate).parameters
+    for cls in (SamplingParams, VerseSpec):
+        for name, field in cls.__dataclass_fields__.items():
+            assert name in sig, f"generate() 少了 {cls.__name__}.{name}"
+            assert sig[name].default == field.default, name
+    own = {"model", "tok", "prompt", "max_new_tokens", "seed", "use_cache", "stream", "compile",
+           "precision"}
+    assert set(sig) == own | set(SamplingParams.names()) | set(VerseSpec.names())
+
+
+def test_compiled_step_is_close_to_eager(tok):
+    """唯一默认运行的编译测试：很小的模型、批大小 1、fp32；编译不了时说明原因并跳过。"""
+    ok, why = fastdecode.compiler_available()
+    if not ok:
+        pytest.skip(why)
+    model = tiny(tok)
+    ids = [tok.eos_id] + tok.encode(TEXT[1:20])
+    d = fastdecode.FastDecoder(model, compile=True)
+    got = fast_logits(d, ids)
+    if not d.compiled:
+        pytest.skip(d.reason)
+    torch.testing.assert_close(got, teacher_logits(model, ids), atol=1e-4, rtol=1e-4)
+    assert d.ready(1) and d.compile_seconds[1] > 0
+
+
+@MORE_COMPILE
+def test_compiled_bf16_batch_and_generate(tok):
+    model = tiny(tok)
+    d = fastdecode.decoder_for(model, torch.bfloat16, compile=True)
+    ids = [tok.eos_id] + tok.encode(TEXT[1:20])
+    torch.testing.assert_close(fast_logits(d, ids), teacher_logits(model, ids),
+                               atol=0.05, rtol=0.05)
+    prompts = [p for p in ("春", "明月", "白日依") if _clear_greedy(model, tok, p, 16, 0.1)]
+    want = generate_batch(model, tok, prompts, max_new_tokens=16, temperature=0)
+    assert generate_batch(model, tok, prompts, max_new_tokens=16, temperature=0, compile=True,
+                          precision="bf16") == want
+    assert fastdecode.cached_decoder(model, torch.bfloat16) is d
