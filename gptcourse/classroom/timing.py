@@ -57,7 +57,7 @@ def time_notebook(path: Path, edition: str = "teacher", timeout: int = 600) -> d
     for idx, cell in enumerate(nb.cells):
         if cell.cell_type == "markdown":
             found = HEADING.findall(cell.source)
-            section = found[-1].strip() if found else section
+            section = " / ".join(h.strip() for h in found) if found else section   # 一格里几个标题
             continue
         if cell.cell_type != "code":
             continue
