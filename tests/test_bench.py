@@ -92,3 +92,30 @@ def test_load_average_after_the_start_includes_the_bench_itself():
     """负载平均只在开始前判断（之后里面有基准自己）；别的进程的占比每次都判断。"""
     assert machine.busy_reasons([snap(), snap(load=1.2)], []) == []
     assert machine.busy_reasons([snap(), snap(share=0.5)], [])
+
+
+def test_cache_holding_names_the_smallest_level_that_fits():
+    levels = [{"level": 1, "type": "Data", "bytes": 48 * 2**10, "shared_cpus": "0"},
+              {"level": 2, "type": "Unified", "bytes": 2 * 2**20, "shared_cpus": "0"},
+              {"level": 3, "type": "Unified", "bytes": 105 * 2**20, "shared_cpus": "0-1"}]
+    assert machine.cache_holding(19_600_000, levels).startswith("L3")
+    assert machine.cache_holding(1_000_000, levels).startswith("L2")
+    assert machine.cache_holding(200 * 2**20, levels) == "内存（DRAM）"
+
+
+def test_quick_mode_does_not_touch_the_committed_results(monkeypatch, tmp_path):
+    """--quick 不加 --write 时写到临时目录，docs/benchmarks.json 不变。"""
+    from gptcourse.bench import __main__ as bench
+    monkeypatch.setattr(bench, "busy_reasons", lambda *a: [])
+    monkeypatch.setattr(bench, "snapshot", lambda: snap())
+    monkeypatch.setattr(bench, "limits", lambda q: {"fp32": {"gflops": 1.0, "n": 8}})
+    monkeypatch.setattr(bench, "matmul_ceiling", lambda n, r: {"gflops": 1.0})
+    monkeypatch.setattr(bench, "markdown", lambda r: "")
+    monkeypatch.setattr(bench.importlib, "import_module",
+                        lambda *a: type("M", (), {"run": staticmethod(lambda quick: {})}))
+    monkeypatch.setattr(bench.tempfile, "gettempdir", lambda: str(tmp_path))
+    docs = bench.ROOT / "docs" / "benchmarks.json"
+    before = docs.read_bytes()
+    assert bench.main(["--quick"]) == 0
+    assert docs.read_bytes() == before
+    assert (tmp_path / "gptcourse-bench" / "benchmarks.json").exists()

@@ -271,7 +271,8 @@ class Handler(BaseHTTPRequestHandler):
                            "max_new_tokens": MAX_NEW_TOKENS, "body_bytes": MAX_BODY,
                            "slots": s.limits.slots, "queue": s.limits.queue},
                 "ranges": RANGES, "zero_ok": list(ZERO_OK),
-                "compiled": s.compile and cached_decoder(s.model) is not None}
+                "compiled": bool(getattr(s, "compile", False))
+                and cached_decoder(s.model) is not None}
 
     def _pieces(self, p: dict):
         """逐个产出新文字；每个字之后看一眼客户端还在不在，不在就停下（放回名额）。"""
