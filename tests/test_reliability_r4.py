@@ -22,6 +22,7 @@ import gptcourse.cli.train as cli_train
 from gptcourse import checkpoint, cli, release
 from gptcourse.checkpoint import CheckpointError
 from gptcourse.config import preset
+from gptcourse.data import Corpus
 from gptcourse.errors import UserError
 from gptcourse.generate import MAX_POEMS, generate, generate_batch, sample_poems
 from gptcourse.model import GPT
@@ -126,9 +127,8 @@ def test_F3_I12_init_reached_through_a_hard_link_or_dotdot_is_refused(capsys, tm
                        "正是这次训练要写的 run.best.pt：训练会覆盖它的起点")
 
 
-def test_F3_I14_ctrl_c_before_the_first_evaluation_never_ships_a_stale_best(capsys, tmp_path,
-                                                                           model, tok,
-                                                                           monkeypatch):
+def test_F3_I14_ctrl_c_before_the_first_evaluation_never_ships_a_stale_best(
+        capsys, tmp_path, model, tok, monkeypatch, tiny_corpus_text):
     out, best = tmp_path / "m.pt", tmp_path / "m.best.pt"
     checkpoint.save(out, model, tok, step=1, meta={"run": "A"})
     checkpoint.save(best, model, tok, step=1, meta={"run": "A"})
@@ -137,6 +137,8 @@ def test_F3_I14_ctrl_c_before_the_first_evaluation_never_ships_a_stale_best(caps
     def ctrl_c(*a, **kw):
         raise KeyboardInterrupt
     monkeypatch.setattr(cli_train, "train", ctrl_c)
+    small = Corpus("tang_5jue", "三首", tiny_corpus_text, tiny_corpus_text, tiny_corpus_text)
+    monkeypatch.setattr(cli_train, "load_corpus", lambda name: small)   # 不读整份语料
     assert cli.main([*TRAIN, "--steps", "4", "--out", str(out)]) == 130
     assert capsys.readouterr().err == (f"已中断（Ctrl+C）。还没有评估过一次，所以没有写出检查点 "
                                        f"{out}（m.best.pt 是以前的训练留下的，没有动它）\n")
