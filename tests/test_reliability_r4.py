@@ -255,3 +255,24 @@ def test_F9_numpy_sampling_numbers_pass(model, tok):
 def test_F10_sample_poems_batch_size_must_be_a_positive_integer(model, tok, bs):
     with pytest.raises(UserError, match="batch_size 必须是 ≥ 1 的整数"):
         sample_poems(model, tok, 3, batch_size=bs)
+
+
+def test_K2_a_multi_line_compile_failure_is_reported_in_one_line(tiny_corpus_text, monkeypatch,
+                                                                 capsys):
+    from gptcourse.train import TrainConfig, train
+
+    class Broken(torch.nn.Module):
+        def forward(self, *a):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found in cxx:\n"
+                               "  g++\n\nSet TORCHDYNAMO_VERBOSE=1 for the internal stack trace")
+    monkeypatch.setattr(torch, "compile", lambda m: Broken())
+    t = CharTokenizer.from_text(tiny_corpus_text)
+    ids = torch.tensor(t.encode(tiny_corpus_text * 4), dtype=torch.long)
+    torch.manual_seed(0)
+    m = GPT(preset("mini", vocab_size=t.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    h = train(m, ids, ids, TrainConfig(batch_size=4, max_steps=2, eval_interval=2, eval_batches=1,
+                                       bf16=False, progress=False, compile=True))
+    assert "\n" not in h.info["compiled"] and "found in cxx: g++ Set TORCHDYNAMO" in \
+        h.info["compiled"]
+    err = [line for line in capsys.readouterr().err.splitlines() if "第一步失败" in line]
+    assert len(err) == 1 and err[0].endswith("改用普通模式"), err
