@@ -276,3 +276,18 @@ def test_K2_a_multi_line_compile_failure_is_reported_in_one_line(tiny_corpus_tex
         h.info["compiled"]
     err = [line for line in capsys.readouterr().err.splitlines() if "第一步失败" in line]
     assert len(err) == 1 and err[0].endswith("改用普通模式"), err
+
+
+@pytest.mark.xfail(strict=True, reason="payload_sha256 frames dicts without their length: a key "
+                   "moved one level up (release.settings.top_p → release.top_p) keeps the same "
+                   "hash. Fixing it changes every hash; the shipped checkpoints must be re-saved "
+                   "first (owner's decision, not done in this round)")
+def test_F4_moving_a_key_between_nesting_levels_breaks_the_checksum(tmp_path, model, tok):
+    path = checkpoint.save(tmp_path / "m.pt", model, tok, meta={
+        "release": {"settings": {"rhyme": True, "top_p": 0.95}, "val_loss": 3.0}})
+    obj = torch.load(path, weights_only=True)
+    rel = obj["meta"]["release"]
+    rel["top_p"] = rel["settings"].pop("top_p")          # 发布设置少了 top_p，校验和不变
+    torch.save(obj, path)
+    with pytest.raises(CheckpointError, match="校验和不符"):
+        checkpoint.load(path)
