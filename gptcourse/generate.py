@@ -24,6 +24,7 @@
 """
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 
@@ -51,11 +52,14 @@ MAX_NEW_TOKENS_PER_BLOCK = 64     # max_new_tokens 的上限 = 64 × block_size�
 CACHE_BUDGET = 256 * 2**20        # 一批的 KV 缓存最多这么多字节：更多的行分批生成
 COMPILE_MIN_TOKENS = 20_000        # compile=None 时：写这么多词元以上才值得编译（冷缓存的估计）
 MAX_SEED = 2**63                  # seed 在 [0, 2⁶³) 之内（torch.Generator 的范围）
+MAX_POEMS = 10_000               # sample_poems 一次最多采样这么多首（命令行 -n、eval --samples 同）
 
 
-def check_sizes(model, max_new_tokens, seed, n_rows: int = 1) -> None:
-    """分配之前检查 max_new_tokens 与 seed：不对 → UserError（说出上限）。"""
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+def check_sizes(model, max_new_tokens, seed, n_rows: int = 1) -> tuple[int, int | None]:
+    """分配之前检查 max_new_tokens 与 seed：不对 → UserError（说出上限）。
+
+    NumPy 的整数（np.int64）与 int 一样接受；返回 Python int 的 (max_new_tokens, seed)。"""
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) \
             or max_new_tokens < 0:
         raise UserError(f"max_new_tokens 必须是 ≥ 0 的整数，收到 {max_new_tokens!r}")
     limit = MAX_NEW_TOKENS_PER_BLOCK * model.config.block_size
@@ -63,11 +67,18 @@ def check_sizes(model, max_new_tokens, seed, n_rows: int = 1) -> None:
         raise UserError(f"max_new_tokens 最多 {limit}（{MAX_NEW_TOKENS_PER_BLOCK} × block_size "
                         f"{model.config.block_size}；一首诗不到 100 个词元），"
                         f"收到 {max_new_tokens}")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)
+    return int(max_new_tokens), check_seed(seed, n_rows)
+
+
+def check_seed(seed, n_rows: int = 1) -> int | None:
+    """seed 是 None，或 [0, 2**63 - n_rows] 之内的整数（第 i 行用 seed + i）→ Python int 或 None；
+    1.7、'7'、True 不悄悄换成整数，而是 UserError。"""
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, numbers.Integral)
                              or not 0 <= seed <= MAX_SEED - n_rows):
         raise UserError(f"seed 必须是 [0, 2**63 - {n_rows}] 之内的整数或 None"
                         "（第 i 首用 seed + i），"
                         f"收到 {seed!r}")
+    return None if seed is None else int(seed)
 
 
 def rows_per_batch(model) -> int:
@@ -184,7 +195,7 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
     cons = spec.constraint(tok, device)
     if max_new_tokens is None:                 # 有约束时：正好够写完一整首
         max_new_tokens = DEFAULT_MAX_NEW_TOKENS if cons is None else poem_tokens(cons)
-    check_sizes(model, max_new_tokens, seed, len(prompts))
+    max_new_tokens, seed = check_sizes(model, max_new_tokens, seed, len(prompts))
     bs, eos = model.config.block_size, tok.eos_id
     head = format_title(spec.title) if spec.title is not None else ""   # 以题作诗
     rows = []
@@ -332,8 +343,8 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
     params, spec = _split(kw)
     new: list[list[int]] = [[] for _ in prompts]
     if prompts:                                 # 先整体检查，免得写完几批之后才报错
-        check_sizes(model, DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None else max_new_tokens,
-                    seed, len(prompts))
+        _, seed = check_sizes(model, DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None
+                              else max_new_tokens, seed, len(prompts))
     per = rows_per_batch(model)                 # KV 缓存按批分配，而不是为所有行一次分配
     for lo in range(0, max(len(prompts), 1), per):
         s = None if seed is None else seed + lo
@@ -410,12 +421,15 @@ def sample_poems(model, tok, n: int, seed: int = 0, prompt: str = "", batch_size
     其余关键字参数同 :func:`generate_batch`。"""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UserError(f"n 必须是 ≥ 1 的整数，收到 {n!r}")
+    if n > MAX_POEMS:
+        raise UserError(f"n 最多 {MAX_POEMS}（一次采样这么多首诗），收到 {n}")
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
         raise UserError(f"batch_size 必须是 ≥ 1 的整数，收到 {batch_size!r}")
+    seed = check_seed(seed, n)                 # 先查完：免得写完几批之后才因种子报错
     out = []
     for b in range(0, n, batch_size):
         m = min(batch_size, n - b)
-        texts = generate_batch(model, tok, [prompt] * m, seed=seed + b,
+        texts = generate_batch(model, tok, [prompt] * m, seed=None if seed is None else seed + b,
                                max_new_tokens=max_new_tokens, **kw)
         out += [strip_title(t.split("\n", 1)[0]) for t in texts]
     return out

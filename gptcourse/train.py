@@ -376,8 +376,9 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
         except Exception as e:                  # 只有编译出的模块第一次运行时才退回普通模式
             if forward is base or step != start_step:
                 raise
+            why = " ".join(str(e).split())[:200]         # 一行：torch 的报错常有好几行
             forward, history.info["compiled"] = base, (
-                f"torch.compile 第一步失败（{type(e).__name__}: {str(e)[:200]}），改用普通模式")
+                f"torch.compile 第一步失败（{type(e).__name__}: {why}），改用普通模式")
             _say(history.info["compiled"])
             loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow,
                                objectives)

@@ -36,6 +36,7 @@ from ..train import History, TrainConfig, TrainingDiverged, make_optimizer, trai
 # Intel Xeon 2 核，清空 /tmp/torchinductor_* 后实测），每步省 52 ms（docs/benchmarks.md 训练一节）
 # → 约 490 步。缓存热的时候只多花几秒，门槛更低；按冷缓存定，宁可少编译。
 COMPILE_MIN_STEPS = 500
+MAX_PROBE_POEMS = 1000          # --probe-poems 的上限：每次评估都要采样这么多首
 
 
 def compile_pays(steps: int | None, minutes: float | None) -> bool:
@@ -104,6 +105,9 @@ def cli_main(args) -> int:
         raise UserError(f"需要 lr > 0 的有限数，收到 lr={args.lr}")
     if args.block_size is not None and not 1 <= args.block_size <= MAX_BLOCK_SIZE:
         raise UserError(f"block_size 必须在 [1, {MAX_BLOCK_SIZE}] 之内，收到 {args.block_size}")
+    if not 0 <= args.probe_poems <= MAX_PROBE_POEMS:          # 每次评估都采样这么多首
+        raise UserError(f"--probe-poems 必须在 [0, {MAX_PROBE_POEMS}] 之内，"
+                        f"收到 {args.probe_poems}")
     aux_names = objectives.parse(args.aux)
     if not (math.isfinite(args.aux_weight) and args.aux_weight > 0):
         raise UserError(f"--aux-weight 必须是 > 0 的有限数，收到 {args.aux_weight}")
