@@ -24,6 +24,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 from collections.abc import Callable
 
 SOLUTIONS: dict[str, Callable | tuple] = {}    # "nbXX.练习名" → 参考答案（函数或几个函数）
@@ -153,6 +154,7 @@ def exercise(checker: Callable) -> Callable:
     @functools.wraps(checker)
     def run(*args, **kwargs) -> bool:
         _LAST.clear()
+        _CURRENT[:] = [f"{chapter}.{name}"]             # choice() 按练习记下第一次作答
         for a in args:
             if a is None or a is Ellipsis:
                 return finish(False, _todo(f"{name} 的答案还是 {a!r}"))
@@ -235,6 +237,23 @@ def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
     return _ok()
 
 
+_CURRENT: list[str] = []                       # 正在检查的练习（"nbXX.名字"），choice() 用
+COMMITTED: dict[str, str] = {}                 # 练习 → 学员在这个内核里第一次交的字母
+COMMIT_ENV = "GPTCOURSE_COMMIT"
+COMMIT_MARK = "第一次作答："                    # 评分工具在作业的检查单元格输出里找这一句
+
+
+def committing() -> bool:
+    """选择题“第一次作答才算”：在 Jupyter 内核里（学员自己的笔记本）打开；单元测试、评分的裁判
+    与命令行里关着（同一个检查器会被喂很多个答案）。``GPTCOURSE_COMMIT=1`` / ``0`` 强制开 / 关。"""
+    env = os.environ.get(COMMIT_ENV, "")
+    if env:
+        return env != "0"
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and type(shell).__module__.startswith("ipykernel")
+
+
 def choice(guess, right: str, options: str | dict[str, str] = "ABC",
            hints: str | dict[str, str] | None = None, why: str = "") -> bool:
     """选择题式的预测（所有章节共用的判字母）：“B”“ b ”“(B)”都算 B。
@@ -251,6 +270,13 @@ def choice(guess, right: str, options: str | dict[str, str] = "ABC",
     def said(k: str) -> str:
         return f"{k}（{options[k]}）" if isinstance(options, dict) else k
 
+    key = _CURRENT[-1] if _CURRENT else None
+    if key is not None and committing():            # 先猜后看：第一次交的字母才算
+        first = COMMITTED.setdefault(key, g)
+        print(f"（{COMMIT_MARK}{first}，已记下；评分按第一次作答）")
+        if first != g:
+            print(f"你把答案改成了 {said(g)}；先猜后看，评分仍按第一次作答的 {said(first)}")
+            g = first
     if g == right:
         if why:
             print(f"猜对了：{said(right)}。{why}")
