@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from dataclasses import replace
 
@@ -222,3 +223,18 @@ def test_a_prediction_counts_its_first_committed_letter(monkeypatch, capsys):
     assert _common.COMMITTED == {"nb01.guess_leak": "A", "nb01.guess_compression": "A"}
     monkeypatch.setenv(_common.COMMIT_ENV, "0")
     assert guess_leak("C") is True
+
+
+def test_the_first_letter_survives_a_kernel_restart_in_jupyterlab(monkeypatch, tmp_path, capsys):
+    """JupyterLab 的内核带着 JPY_SESSION_NAME：第一次作答也记在笔记本旁边的文件里，
+    “Restart Kernel and Run All” 之后改了的字母仍不算。"""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(_common.COMMIT_ENV, "1")
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "2024001_张三.ipynb"))
+    monkeypatch.setattr(_common, "COMMITTED", {})
+    assert gc.check.nb01.guess_leak("B") is False
+    monkeypatch.setattr(_common, "COMMITTED", {})                   # 重启内核
+    assert gc.check.nb01.guess_leak("C") is False
+    assert "评分仍按第一次作答的 B" in capsys.readouterr().out
+    saved = json.loads((tmp_path / _common.COMMIT_FILE).read_text(encoding="utf-8"))
+    assert saved == {"2024001_张三.ipynb": {"nb01.guess_leak": "B"}}

@@ -154,8 +154,8 @@ def test_the_grader_scores_the_first_committed_letter():
 
     spec, notes = build_spec(teacher, sub, "nb01", 60)
     assert graded_source(spec) == "guess_compression = 'A'" and notes == []
-    check.outputs = [nbformat.v4.new_output(
-        "stream", text="（第一次作答：B，已记下；评分按第一次作答）\n你把答案改成了 A；…\n正确 ✓\n")]
+    check.outputs = [nbformat.v4.new_output("stream", text=(
+        "（第一次作答：B，已记下；评分按第一次作答）\n你把答案改成了 A；…\n正确 ✓\n"))]
     spec, notes = build_spec(teacher, sub, "nb01", 60)
     assert graded_source(spec) == "guess_compression = 'B'"
     assert notes == ["练习 guess_compression：按第一次作答 B 评分（后来改成了 A）"]

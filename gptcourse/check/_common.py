@@ -254,6 +254,41 @@ def committing() -> bool:
     return shell is not None and type(shell).__module__.startswith("ipykernel")
 
 
+COMMIT_FILE = ".gptcourse-第一次作答.json"
+
+
+def _commit_file():
+    """JupyterLab 里（内核带着 ``JPY_SESSION_NAME`` = 笔记本路径）：笔记本旁边的记录文件，
+    重启内核后第一次作答仍然算数；测试、nbclient 运行的笔记本没有这个变量，只记在内存里。"""
+    from pathlib import Path
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    return (Path(session).name, Path.cwd() / COMMIT_FILE) if session.endswith(".ipynb") \
+        else (None, None)
+
+
+def _commit(key: str, letter: str) -> str:
+    """记下练习 key 的第一次作答（已经记过就不改），返回记下的字母。"""
+    import json
+    notebook, path = _commit_file()
+    if key not in COMMITTED and path is not None:
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8")).get(notebook, {})
+            if isinstance(saved.get(key), str):
+                COMMITTED[key] = saved[key]
+        except (OSError, ValueError, AttributeError):
+            pass
+    if key not in COMMITTED:
+        COMMITTED[key] = letter
+        if path is not None:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+                data.setdefault(notebook, {})[key] = letter
+                path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+            except (OSError, ValueError, AttributeError):
+                pass
+    return COMMITTED[key]
+
+
 def choice(guess, right: str, options: str | dict[str, str] = "ABC",
            hints: str | dict[str, str] | None = None, why: str = "") -> bool:
     """选择题式的预测（所有章节共用的判字母）：“B”“ b ”“(B)”都算 B。
@@ -272,7 +307,7 @@ def choice(guess, right: str, options: str | dict[str, str] = "ABC",
 
     key = _CURRENT[-1] if _CURRENT else None
     if key is not None and committing():            # 先猜后看：第一次交的字母才算
-        first = COMMITTED.setdefault(key, g)
+        first = _commit(key, g)
         print(f"（{COMMIT_MARK}{first}，已记下；评分按第一次作答）")
         if first != g:
             print(f"你把答案改成了 {said(g)}；先猜后看，评分仍按第一次作答的 {said(first)}")
