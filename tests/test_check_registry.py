@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import json
 import re
 from dataclasses import replace
 
@@ -197,3 +198,43 @@ def test_fallback_hides_the_solution_name_and_source():
     assert "tril" not in inspect.getsource(f)
     with pytest.raises(ValueError, match="可选"):
         gc.check.fallback("nb02.nope")
+
+
+def test_a_prediction_counts_its_first_committed_letter(monkeypatch, capsys):
+    """先猜后看（issue 33）：在学员的内核里，第一次交的字母记下并打印出来；看了测量再改成对的
+    字母，判的仍是第一次的（打印一句说明）。单元测试与裁判里不记（同一个检查器喂很多答案）。"""
+    guess_leak = gc.check.nb01.guess_leak                     # 正确答案是 C
+    monkeypatch.setattr(_common, "COMMITTED", {})
+    monkeypatch.delenv(_common.COMMIT_ENV, raising=False)
+    assert _common.committing() is False                      # pytest 不是 Jupyter 内核
+    assert guess_leak("A") is False and guess_leak("C") is True
+    assert _common.COMMITTED == {}
+    capsys.readouterr()
+    monkeypatch.setenv(_common.COMMIT_ENV, "1")
+    assert guess_leak("z") is False                           # 不是选项字母：不算作答
+    assert _common.COMMITTED == {}
+    assert guess_leak(" a ") is False
+    assert guess_leak("C") is False                           # 改成对的也不算
+    out = capsys.readouterr().out
+    assert out.count("（第一次作答：A，已记下；评分按第一次作答）") == 2
+    assert "你把答案改成了 C；先猜后看，评分仍按第一次作答的 A" in out
+    assert _common.RESULTS["nb01.guess_leak"]["passed"] is False
+    assert gc.check.nb01.guess_compression("A") is True       # 每题各记各的
+    assert _common.COMMITTED == {"nb01.guess_leak": "A", "nb01.guess_compression": "A"}
+    monkeypatch.setenv(_common.COMMIT_ENV, "0")
+    assert guess_leak("C") is True
+
+
+def test_the_first_letter_survives_a_kernel_restart_in_jupyterlab(monkeypatch, tmp_path, capsys):
+    """JupyterLab 的内核带着 JPY_SESSION_NAME：第一次作答也记在笔记本旁边的文件里，
+    “Restart Kernel and Run All” 之后改了的字母仍不算。"""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(_common.COMMIT_ENV, "1")
+    monkeypatch.setenv("JPY_SESSION_NAME", str(tmp_path / "2024001_张三.ipynb"))
+    monkeypatch.setattr(_common, "COMMITTED", {})
+    assert gc.check.nb01.guess_leak("B") is False
+    monkeypatch.setattr(_common, "COMMITTED", {})                   # 重启内核
+    assert gc.check.nb01.guess_leak("C") is False
+    assert "评分仍按第一次作答的 B" in capsys.readouterr().out
+    saved = json.loads((tmp_path / _common.COMMIT_FILE).read_text(encoding="utf-8"))
+    assert saved == {"2024001_张三.ipynb": {"nb01.guess_leak": "B"}}

@@ -134,3 +134,30 @@ def test_the_teachers_working_directory_is_not_in_the_sandbox(graded):
     assert "FileNotFoundError" in msg and "<路径>" in msg, msg
     assert SECRET not in json.dumps(by, ensure_ascii=False)
     assert str(teacher) not in msg
+
+
+def test_the_grader_scores_the_first_committed_letter():
+    """issue 33：学员先交了 B，看了测量改成对的 A；检查单元格的输出里记着“第一次作答：B”，
+    评分按 B 判，备注里说明。没有这一句（或字母没改）时按单元格里的答案判。"""
+    from gptcourse.classroom.grade import REFERENCE, build_spec
+    teacher = nbformat.read(sorted(REFERENCE.glob("01_*.ipynb"))[0], as_version=4)
+    sub = student_notebook(teacher)
+    answer = next(c for c in sub.cells
+                  if c.metadata.get("nbgrader", {}).get("grade_id") == "nb01-guess_compression")
+    check = next(c for c in sub.cells if c.metadata.get("nbgrader", {}).get("grade_id")
+                 == "nb01-guess_compression-check")
+    answer.source = 'guess_compression = "A"'
+
+    def graded_source(spec):
+        return next(c["source"] for c in spec["cells"]
+                    if c["kind"] == "solution" and c["exercise"] == "guess_compression")
+
+    spec, notes = build_spec(teacher, sub, "nb01", 60)
+    assert graded_source(spec) == "guess_compression = 'A'" and notes == []
+    check.outputs = [nbformat.v4.new_output("stream", text=(
+        "（第一次作答：B，已记下；评分按第一次作答）\n你把答案改成了 A；…\n正确 ✓\n"))]
+    spec, notes = build_spec(teacher, sub, "nb01", 60)
+    assert graded_source(spec) == "guess_compression = 'B'"
+    assert notes == ["练习 guess_compression：按第一次作答 B 评分（后来改成了 A）"]
+    check.outputs[0].text = "（第一次作答：A，已记下；评分按第一次作答）\n正确 ✓\n"
+    assert graded_source(build_spec(teacher, sub, "nb01", 60)[0]) == "guess_compression = 'A'"

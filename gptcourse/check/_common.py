@@ -24,6 +24,7 @@ import functools
 import inspect
 import os
 import re
+import sys
 from collections.abc import Callable
 
 SOLUTIONS: dict[str, Callable | tuple] = {}    # "nbXX.练习名" → 参考答案（函数或几个函数）
@@ -153,6 +154,7 @@ def exercise(checker: Callable) -> Callable:
     @functools.wraps(checker)
     def run(*args, **kwargs) -> bool:
         _LAST.clear()
+        _CURRENT[:] = [f"{chapter}.{name}"]             # choice() 按练习记下第一次作答
         for a in args:
             if a is None or a is Ellipsis:
                 return finish(False, _todo(f"{name} 的答案还是 {a!r}"))
@@ -235,6 +237,58 @@ def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
     return _ok()
 
 
+_CURRENT: list[str] = []                       # 正在检查的练习（"nbXX.名字"），choice() 用
+COMMITTED: dict[str, str] = {}                 # 练习 → 学员在这个内核里第一次交的字母
+COMMIT_ENV = "GPTCOURSE_COMMIT"
+COMMIT_MARK = "第一次作答："                    # 评分工具在作业的检查单元格输出里找这一句
+
+
+def committing() -> bool:
+    """选择题“第一次作答才算”：在 Jupyter 内核里（学员自己的笔记本）打开；单元测试、评分的裁判
+    与命令行里关着（同一个检查器会被喂很多个答案）。``GPTCOURSE_COMMIT=1`` / ``0`` 强制开 / 关。"""
+    env = os.environ.get(COMMIT_ENV, "")
+    if env:
+        return env != "0"
+    ipython = sys.modules.get("IPython")
+    shell = ipython.get_ipython() if ipython is not None else None
+    return shell is not None and type(shell).__module__.startswith("ipykernel")
+
+
+COMMIT_FILE = ".gptcourse-第一次作答.json"
+
+
+def _commit_file():
+    """JupyterLab 里（内核带着 ``JPY_SESSION_NAME`` = 笔记本路径）：笔记本旁边的记录文件，
+    重启内核后第一次作答仍然算数；测试、nbclient 运行的笔记本没有这个变量，只记在内存里。"""
+    from pathlib import Path
+    session = os.environ.get("JPY_SESSION_NAME", "")
+    return (Path(session).name, Path.cwd() / COMMIT_FILE) if session.endswith(".ipynb") \
+        else (None, None)
+
+
+def _commit(key: str, letter: str) -> str:
+    """记下练习 key 的第一次作答（已经记过就不改），返回记下的字母。"""
+    import json
+    notebook, path = _commit_file()
+    if key not in COMMITTED and path is not None:
+        try:
+            saved = json.loads(path.read_text(encoding="utf-8")).get(notebook, {})
+            if isinstance(saved.get(key), str):
+                COMMITTED[key] = saved[key]
+        except (OSError, ValueError, AttributeError):
+            pass
+    if key not in COMMITTED:
+        COMMITTED[key] = letter
+        if path is not None:
+            try:
+                data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+                data.setdefault(notebook, {})[key] = letter
+                path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+            except (OSError, ValueError, AttributeError):
+                pass
+    return COMMITTED[key]
+
+
 def choice(guess, right: str, options: str | dict[str, str] = "ABC",
            hints: str | dict[str, str] | None = None, why: str = "") -> bool:
     """选择题式的预测（所有章节共用的判字母）：“B”“ b ”“(B)”都算 B。
@@ -251,6 +305,13 @@ def choice(guess, right: str, options: str | dict[str, str] = "ABC",
     def said(k: str) -> str:
         return f"{k}（{options[k]}）" if isinstance(options, dict) else k
 
+    key = _CURRENT[-1] if _CURRENT else None
+    if key is not None and committing():            # 先猜后看：第一次交的字母才算
+        first = _commit(key, g)
+        print(f"（{COMMIT_MARK}{first}，已记下；评分按第一次作答）")
+        if first != g:
+            print(f"你把答案改成了 {said(g)}；先猜后看，评分仍按第一次作答的 {said(first)}")
+            g = first
     if g == right:
         if why:
             print(f"猜对了：{said(right)}。{why}")

@@ -208,6 +208,43 @@ def is_blank(submission: nbformat.NotebookNode, reference: nbformat.NotebookNode
                if c.get("cell_type") == "code")
 
 
+COMMITTED = re.compile(r"第一次作答：([A-Z])")        # gc.check.choice 在学员的内核里打印的那一句
+
+
+def _committed(submission: nbformat.NotebookNode) -> dict[str, str]:
+    """作业的检查单元格输出里记下的“第一次作答”字母 → {答案单元格的 grade_id: 字母}。"""
+    found = {}
+    for c in submission.cells:
+        if not _is_check(c):
+            continue
+        text = "".join(str(o.get("text", "")) for o in c.get("outputs", [])
+                       if o.get("output_type") == "stream")
+        m = COMMITTED.search(text)
+        if m:
+            found[_gid(c).removesuffix("-check")] = m.group(1)
+    return found
+
+
+def _first_answer(source: str, letter: str) -> tuple[str, str] | None:
+    """预测题的答案单元格（``guess_x = "B"``）后来改了字母
+    → (按第一次作答改回的源代码, 后来的字母)；不是这种单元格，或字母没改，返回 None。"""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    body = [n for n in tree.body if not (isinstance(n, ast.Expr)
+                                         and isinstance(n.value, ast.Constant))]
+    if len(body) != 1 or not isinstance(body[0], ast.Assign) or len(body[0].targets) != 1 \
+            or not isinstance(body[0].targets[0], ast.Name) \
+            or not isinstance(body[0].value, ast.Constant) \
+            or not isinstance(body[0].value.value, str):
+        return None
+    now = body[0].value.value.strip().strip("()（）.。").upper()
+    if now == letter:
+        return None
+    return f"{body[0].targets[0].id} = {letter!r}", now or repr(body[0].value.value)
+
+
 def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNode,
                chapter: str, cell_timeout: float, where: str = "教师版") -> tuple[dict, list[str]]:
     """教师版 + 作业 → 裁判要执行的单元格表，以及作业中被忽略的语句的说明。
@@ -222,6 +259,7 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
     for c in submission.cells:
         if _is_solution(c):
             answers.setdefault(_gid(c), c.get("source", ""))
+    committed = _committed(submission)
     base = student_notebook(reference)
     extra: dict[str | None, list[str]] = {}
     for after, source in _student_cells(submission, base, reference):
@@ -255,7 +293,13 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
             short = g.split("-", 1)[-1]
             ex = (_exercise_for(chapter, _check_call(checks[short].source, g)[1])
                   if short in checks else g)
-            source, names, dropped, error, refused = sanitize(answers.get(g, c.source))
+            answer = answers.get(g, c.source)
+            first = _first_answer(answer, committed[g]) if g in committed else None
+            if first is not None:                  # 先猜后看：评分按第一次作答的字母
+                answer = first[0]
+                notes.append(f"练习 {ex}：按第一次作答 {committed[g]} 评分"
+                             f"（后来改成了 {first[1]}）")
+            source, names, dropped, error, refused = sanitize(answer)
             if dropped:
                 notes.append(f"练习 {ex}：忽略了 {dropped} 条直接执行的语句（评分只采用定义）")
             notes.extend(f"练习 {ex}：不能用 {n} 这个名字（它是内置函数或评分用的名字），已忽略"

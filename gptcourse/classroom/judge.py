@@ -27,7 +27,6 @@ import os
 import re
 import signal
 import sys
-import time
 
 MESSAGE_CAP = 300
 _PATH = re.compile(r"(?<![\w.])/(?:[^\s/'\"：，。）)]+/)*[^\s/'\"：，。）)]+")
@@ -322,13 +321,12 @@ class _Judge:
     def run_code(self, source: str, filename: str, label: str) -> None:
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         code = compile(source, filename, "exec")
-        start = time.monotonic()
         try:
             self.timed(exec, code, self.ns)
         except CellTimeout as e:
             ex = self.culprit(e)
             if ex is not None:
-                self.stop(ex, round(time.monotonic() - start))
+                self.stop(ex, self.cell_timeout)
             self.note(f"{label}：调用你写的代码超过 {self.cell_timeout:g} 秒，被中断"
                       + (f"（练习 {ex}）" if ex else ""))
         except BaseException as e:  # noqa: BLE001 - 演示单元格出错不影响后面（与 allow_errors 相同）
@@ -363,14 +361,13 @@ class _Judge:
         self.checkers = dict(self._checkers)          # 前面的学生代码换掉的检查器不作数
         self.results.pop(cell["checker"], None)
         self.tripped = None
-        start = time.monotonic()
         try:
             args = [eval(compile(a, "<检查参数>", "eval"), self.ns) for a in cell["args"]]
             kwargs = {k: eval(compile(a, "<检查参数>", "eval"), self.ns)
                       for k, a in cell.get("kwargs", {}).items()}
             passed = self.timed(lambda: self.checkers[ex](*args, **kwargs)) is True
         except CellTimeout as e:
-            self.stop(self.culprit(e) or ex, round(time.monotonic() - start))
+            self.stop(self.culprit(e) or ex, self.cell_timeout)
             return self.emit(ex, False, "超时", self.stuck.get(ex, "超时"))
         except NameError as e:
             return self.emit(ex, False, "出错", f"出错：检查要用的名字 {e.name} 不存在")
