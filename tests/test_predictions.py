@@ -105,7 +105,8 @@ def problems(path) -> list[str]:
         for phrase in GIVEAWAYS.get(key, []):
             where = [i for i, t in enumerate(texts[:p["answer"] + 1]) if phrase in t]
             if where:
-                found.append(f"{key}：{phrase!r} 在第 {where[0]} 格，不在答案格（第 {p['answer']} 格）之后")
+                found.append(f"{key}：{phrase!r} 在第 {where[0]} 格，"
+                             f"不在答案格（第 {p['answer']} 格）之后")
         if key not in REASONING:
             between = [i for i in range(p["answer"] + 1, p["check"])
                        if nb.cells[i].cell_type == "code"]
