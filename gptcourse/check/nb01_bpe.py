@@ -181,19 +181,32 @@ def bpe_decode(fn) -> bool:
 
 
 @exercise
-def guess_compression(guess) -> bool:
-    """预测题：词表都是 1024 时，字符分词与字节级 BPE 在五绝验证集上谁的每字词元数更少？"""
-    why = ("字符分词每个字正好 1 个词元（罕见字变成 <unk>，但仍是 1 个）；"
-           "1024 的 BPE 只能把常用字合成整字，罕见字要用 2–3 个字节片段拼")
-    return choice(guess, "A", hints=why)
+def guess_compression(guess, ratio: dict | None = None) -> bool:
+    """预测题：词表都是 1024 时，字符分词与字节级 BPE 在五绝验证集上谁的每字词元数更少？
+
+    ``ratio``：这次量出的 {"字符（1024）": 每字词元数, "BPE（1024）": 每字词元数}；给了就按它判
+    （相差不到 0.02 算“一样多”），答错时把这两个数告诉学员，不说正确的字母。"""
+    right, seen = "A", ""
+    if ratio is not None:
+        char, bpe = float(ratio["字符（1024）"]), float(ratio["BPE（1024）"])
+        right = "C" if abs(char - bpe) < 0.02 else ("A" if char < bpe else "B")
+        seen = f"这次量到的每字词元数：字符 {char:.3f}，BPE {bpe:.3f}"
+    nudge = ("字符分词每个字是几个词元（罕见字变成 <unk> 也算一个）？"
+             "1024 个 BPE 词元里，256 个花在单字节上，剩下的合并够不够覆盖常用字？")
+    return choice(guess, right, why=seen, hints=nudge)
 
 
 @exercise
-def guess_leak(guess) -> bool:
-    """预测题：20 首诗复制 50 遍再按位置 90/10 切分，验证集的句子有多少在训练集里出现过？"""
-    why = ("复制 50 遍之后，验证集那 10% 的文本只是某几遍复制的尾巴：它的每一句在前面的"
-           "复制里都出现过几十次")
-    return choice(guess, "C", hints=why)
+def guess_leak(guess, overlap: float | None = None) -> bool:
+    """预测题：20 首诗复制 50 遍再按位置 90/10 切分，验证集的句子有多少在训练集里出现过？
+
+    ``overlap``：这次量出的比例（0–1）；给了就按它判（< 20 % 是 A，< 80 % 是 B，否则 C）。"""
+    right, seen = "C", ""
+    if overlap is not None:
+        right = "A" if overlap < 0.2 else ("B" if overlap < 0.8 else "C")
+        seen = f"这次量到验证集 {overlap:.0%} 的句子在训练集里出现过"
+    nudge = "复制 50 遍之后，最后 10% 的文本是哪几首诗的第几遍复制？前面 90% 里有没有它们？"
+    return choice(guess, right, why=seen, hints=nudge)
 
 
 _NEAR_CASES = [
