@@ -393,7 +393,7 @@ def test_C1_C3_older_shipped_files_are_refused_then_upgraded_without_changing_we
             assert torch.equal(v, m_new.state_dict()[k]), k
 
 
-@pytest.mark.parametrize("name", ["course.pt", "titled.pt"])
+@pytest.mark.parametrize("name", ["course.pt"])
 def test_shipped_checkpoints_carry_the_full_checksum(name):
     raw = checkpoint.load_raw(ROOT / "data" / "checkpoints" / name, trust_unverified=False)
     assert raw["sha256_covers"] == list(checkpoint.CHECKSUM_COVERS)
