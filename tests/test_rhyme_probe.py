@@ -68,12 +68,15 @@ def test_mass_is_one_on_the_poems_group_and_zero_elsewhere():
         rhyme_group_mass(Always(lou, tok.vocab_size), tok, [CHUNXIAO], train)
 
 
-def test_shipped_model_beats_chance_but_does_not_use_earlier_feet():
+def test_shipped_model_rhymes_with_its_earlier_feet():
+    """course.pt 训练时带韵部头（--aux rhyme）：第 2 个韵脚起，大部分概率在本诗的韵部上。
+    （200 首 val：第 1 个韵脚 ≈ 31 %，第 2–4 个 ≈ 85 %，机会 ≈ 6 %；只用语言模型损失的模型第 2 个 ≈ 13 %。）"""
     import gptcourse as gc
 
     model, tok, _ = gc.checkpoint.load()
     corpus = gc.data.load_corpus("tang_jinti")
     res = rhyme_group_mass(model, tok, gc.data.poems(corpus.val)[:200], corpus.train)
-    for k in (1, 2):
-        assert res[k]["chance"] < 0.08 < res[k]["mass"] < 0.25          # 全部 val：≈ 5 % 与 ≈ 13 %
-    assert res[2]["mass"] < 2 * res[1]["mass"]           # 已有同韵的字也几乎不多给：没学会"照着押"
+    for k in (1, 2, 3):
+        assert res[k]["chance"] < 0.1 < res[k]["mass"]
+    for k in (2, 3):
+        assert res[k]["mass"] > 0.6 and res[k]["mass"] > 2 * res[1]["mass"]   # 照着前面的韵脚押
