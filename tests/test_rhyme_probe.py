@@ -70,7 +70,8 @@ def test_mass_is_one_on_the_poems_group_and_zero_elsewhere():
 
 def test_shipped_model_rhymes_with_its_earlier_feet():
     """course.pt 训练时带韵部头（--aux rhyme）：第 2 个韵脚起，大部分概率在本诗的韵部上。
-    （200 首 val：第 1 个韵脚 ≈ 31 %，第 2–4 个 ≈ 85 %，机会 ≈ 6 %；只用语言模型损失的模型第 2 个 ≈ 13 %。）"""
+    （200 首 val：第 1 个韵脚 ≈ 31 %，第 2–4 个 ≈ 85 %，机会 ≈ 6 %；
+    只用语言模型损失的旧模型第 2 个 ≈ 13 %。）"""
     import gptcourse as gc
 
     model, tok, _ = gc.checkpoint.load()
