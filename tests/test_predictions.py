@@ -39,7 +39,7 @@ EXPLAINED_BY = {
     ("03", "predict_title_loss"): ["高出 {title_loss - body_loss:.2f}"],
     ("03", "predict_bf16_gap"): ["bf16 的误差和量尺本身的抖动"],
     ("03", "predict_overfit"): ["U 形", "背诵训练集"],
-    ("03", "predict_windows"): ["位置编码的排名随窗口方式而变"],
+    ("03", "predict_windows"): ["位置编码的排名随窗口方式而变", "绝对位置本身就告诉了模型"],
     ("04", "guess_ledger"): ["**读这本账。**", "只差在上文"],
     ("04", "guess_zigzag"): ["**锯齿。**", "双数位的字多半是词的后半"],
     ("04", "guess_shuffled_tones"): ["接近掷硬币"],
@@ -53,6 +53,7 @@ GIVEAWAYS = {
     ("03", "predict_init_loss"): ["≈ ln V", "−ln P 是多少"],
     ("03", "predict_overfit"): ["真实语料也会被背下来", "过拟合 U 形"],
     ("04", "guess_ledger"): ["上文越少越难猜", "每段开头的字几乎没有上文"],
+    ("03", "predict_windows"): ["免费答案", "只编码两个字之间的**相对**距离"],
 }
 # 纯推理题：答案靠数数/推理得出，没有要先跑的实验
 REASONING = {("02", "guess_offset")}

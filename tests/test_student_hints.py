@@ -9,9 +9,15 @@
 
 比较前把 ``·``→``*``、``−``→``-``，去掉所有空白、行尾注释和开头的 ``return``；赋值行的右边
 单独再查一次（“提示里写着右边那半行”也算泄漏）。练习之后的单元格不查：做完再看包的写法是对的。
+
+整行比较抓不住只抄了半行的提示（“τ == 0 时用 torch.nn.functional.one_hot(argmax)”）。所以每道练习
+自己的提示再逐段查一次：提示里一段连续的代码（ASCII 字符）和这道题的答案共有一段至少
+``MIN_FRAGMENT`` 个字符、含调用、下标或运算符的代码，也算泄漏。只点出一个名字（“用
+gc.verse.split_lines 切句”）不算：那是告诉学员用哪个工具，不是替他写出那一行。
 """
 from __future__ import annotations
 
+import difflib
 import inspect
 import re
 
@@ -28,6 +34,9 @@ GETSOURCE = re.compile(r"getsource\(\s*([A-Za-z_][\w.]*)\s*\)")
 ALIAS = re.compile(r"^(from [\w.]+ import [\w, ]+|import [\w.]+(?: as \w+)?"
                    r"|\w+ = gc(?:\.\w+)+)\s*(?:#.*)?$", re.M)
 STUB = re.compile(r"raise NotImplementedError\((['\"])(.*?)\1\)")
+MIN_FRAGMENT = 16
+CODE_RUN = re.compile(r"[\x21-\x7e ]+")           # 提示里一段连续的 ASCII 字符：一段代码
+STRUCTURE = re.compile(r"[(\[=<>+*/%&|-]")         # 有调用、下标或运算：不只是一个名字
 # 不是泄漏的行：题目本身给出的、或前面的练习已经教过的写法。键是去掉空白后的行（或它的右边）
 GIVEN = {
     "02_attention_mask.ipynb": {
@@ -128,6 +137,36 @@ def leaks(path) -> list[tuple[str, str, str]]:
     return found
 
 
+def _shared(a: str, b: str) -> str:
+    """a 与 b 最长的公共子串。"""
+    m = difflib.SequenceMatcher(None, a, b, autojunk=False).find_longest_match(0, len(a), 0, len(b))
+    return a[m.a:m.a + m.size]
+
+
+def fragment_leaks(path) -> list[tuple[str, str, str]]:
+    """(练习单元格的 id, 提示与答案共有的那段代码, 提示)：提示里抄了答案的半行。"""
+    teacher = nbformat.read(path, as_version=4)
+    student = student_notebook(nbformat.read(path, as_version=4), path.name)
+    by_id = {c.id: c for c in student.cells}
+    given = [_norm(k) for k in GIVEN.get(path.name, {})]
+    found = []
+    for cell in teacher.cells:
+        if cell.cell_type != "code" or BEGIN not in cell.source:
+            continue
+        code = [_norm(re.sub(r"\s+#.*$", "", x)) for x in _solution_lines(cell.source)
+                if not x.strip().startswith("#")]
+        answer = "\n".join(code)                      # 一行一行：公共子串不会跨行
+        shown = {h.strip().lstrip("：:").removeprefix("还没完成：").strip()  # 注释与存根是同一句
+                 for h in _hints(by_id[cell.id])}
+        for hint in sorted(shown):
+            for run in CODE_RUN.findall(hint):
+                shared = _shared(_norm(run), answer)
+                if len(shared) >= MIN_FRAGMENT and STRUCTURE.search(shared) \
+                        and not any(shared in g for g in given):
+                    found.append((cell.id, shared, hint))
+    return found
+
+
 def test_the_scan_finds_hint_lines_that_are_the_answer(tmp_path):
     """对照：一个提示就是答案的练习、一段先打印答案的源码，这个扫描都能找出来。"""
     nb = nbformat.v4.new_notebook()
@@ -147,6 +186,36 @@ def test_the_scan_finds_hint_lines_that_are_the_answer(tmp_path):
     nbformat.write(nb, path)
     got = {(cid, where) for cid, _, where in leaks(path)}
     assert got == {(nb.cells[2].id, "提示"), (nb.cells[3].id, "练习之前")}, got
+
+
+def test_the_fragment_scan_finds_half_a_line_in_a_hint(tmp_path):
+    """对照：提示抄了答案的半行（整行扫描看不出来），片段扫描找得出来；只点名一个工具不算。"""
+    nb = nbformat.v4.new_notebook()
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb.cells = [md("# 标题"),
+                code("def temperature_softmax(logits, tau):\n"
+                     "    # 提示：τ == 0 时返回 torch.nn.functional.one_hot(argmax)\n"
+                     f"    {BEGIN}\n    if tau == 0:\n"
+                     "        return torch.nn.functional.one_hot(logits.argmax(-1),\n"
+                     "                                           logits.shape[-1])\n"
+                     f"    return torch.softmax(logits / tau, dim=-1)\n    {END}"),
+                code("def my_rhymes(poem):\n"
+                     "    # 提示：先用 gc.verse.split_lines 切句；韵脚有没有共同的韵部？\n"
+                     f"    {BEGIN}\n    lines, marks = gc.verse.split_lines(poem)\n"
+                     f"    return bool(lines)\n    {END}")]
+    path = tmp_path / "probe.ipynb"
+    nbformat.write(nb, path)
+    assert leaks(path) == []
+    got = fragment_leaks(path)
+    assert [(cid, shared) for cid, shared, _ in got] == \
+        [(nb.cells[1].id, "torch.nn.functional.one_hot(")], got
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
+def test_no_hint_quotes_part_of_its_answer(path):
+    found = fragment_leaks(path)
+    assert not found, "提示里抄了答案的一段：\n" + "\n".join(
+        f"  {cid} {shared!r} ← 提示：{hint}" for cid, shared, hint in found)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
