@@ -6,12 +6,13 @@
   出错、被 Ctrl+C 或 SIGTERM 打断时删掉临时文件。被 SIGKILL 杀掉留下的临时文件以 "." 开头、
   以 ".tmp" 结尾，不会被当成检查点；下一次往同一目录保存同名检查点时，进程已不在的临时文件会被删掉。
 - **校验和**：保存时记下配置、权重、词表、步数、优化器、随机数状态与 meta（含发布设置）的
-  SHA-256（``sha256`` 字段），读取时**总是按这全部字段**重新计算；对不上 →
-  :class:`CheckpointError`。
+  SHA-256（``sha256`` 字段，``"v2:<十六进制>"``），读取时**总是按这全部字段**重新计算；对不上 →
+  :class:`CheckpointError`。编码带类型与长度（字典、列表带元素个数），任何结构上的改动都对不上。
   覆盖范围不由文件自己说了算：``sha256_covers`` 不是这全部字段（例如 ``[]`` 或 ``["model"]``）
-  的文件一律拒绝。只覆盖权重与优化器的旧格式文件、没有校验和的更旧文件无法确认配置、词表与
-  meta 没被改过，默认拒绝；确认它可信之后，``load(..., trust_unverified=True)``（命令行：环境
-  变量 ``GPTCOURSE_TRUST_UNVERIFIED=1``）才读取，并发出 :class:`UnverifiedCheckpointWarning`；
+  的文件一律拒绝。更早版本的 v1 全字段校验和（字典不记大小，把键挪一层对得上）、只覆盖权重与
+  优化器的旧格式文件、没有校验和的更旧文件都无法确认配置、词表与 meta 没被改过，默认拒绝；
+  确认它可信之后，``load(..., trust_unverified=True)``（命令行：环境变量
+  ``GPTCOURSE_TRUST_UNVERIFIED=1``）才读取，并发出 :class:`UnverifiedCheckpointWarning`；
   :func:`upgrade` 把它重存为新格式（权重不变）。
 - **只读普通、不压缩的文件**：FIFO、设备文件会被拒绝（否则一直等下去）；zip 里有压缩成员的
   文件会在解压之前被拒绝（防“压缩炸弹”）。
@@ -162,30 +163,81 @@ def atomic_save(obj, path: str | Path) -> Path:
 # 权重照样载得进去，写出来的却是乱码。旧文件（没有 "sha256_covers"）只覆盖权重与优化器状态。
 CHECKSUM_COVERS = ("config", "model", "tokenizer", "step", "optimizer", "rng", "meta")
 LEGACY_COVERS = ("model", "optimizer")
+# 校验和的编码。"v2"（写成 "v2:<64 位十六进制>"）：每个值带类型标记与长度，字典与列表带元素个数，
+# 所以任何结构上的改动（把一个键挪到另一层、拆开或合并字符串、列表换成元组）都会改变校验和。
+# "v1"（只有 64 位十六进制，更早版本写的）：字典不记大小，键挪一层校验和不变，只用来认出旧文件。
+CHECKSUM_SCHEME = "v2"
 
 
-def payload_sha256(obj: dict, covers=CHECKSUM_COVERS) -> str:
-    """``covers`` 里各字段的 SHA-256：张量按字节（含 dtype 与形状），字典按键排序，其余按 repr。"""
+def _feed_v2(h, x) -> None:
+    """规范、无歧义的编码：类型标记 + 长度 + 内容；容器是类型标记 + 元素个数 + 各元素。"""
+    def atom(tag: bytes, payload: bytes) -> None:
+        h.update(tag + str(len(payload)).encode() + b":" + payload)
+
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu().contiguous()
+        atom(b"T", f"{t.dtype}{tuple(t.shape)}".encode())
+        atom(b"t", t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(x, dict):
+        items = []
+        for k, v in x.items():                       # 键按编码后的字节排序：不同类型的键也能比
+            kh = hashlib.sha256()
+            _feed_v2(kh, k)
+            items.append((kh.digest(), k, v))
+        h.update(b"D" + str(len(items)).encode() + b":")
+        for _, k, v in sorted(items, key=lambda it: it[0]):
+            _feed_v2(h, k)
+            _feed_v2(h, v)
+    elif isinstance(x, list | tuple):
+        h.update((b"L" if isinstance(x, list) else b"U") + str(len(x)).encode() + b":")
+        for v in x:
+            _feed_v2(h, v)
+    elif x is None:
+        h.update(b"N")
+    elif isinstance(x, bool):
+        h.update(b"B1" if x else b"B0")
+    elif isinstance(x, int):
+        atom(b"I", str(x).encode())
+    elif isinstance(x, float):
+        atom(b"F", x.hex().encode())
+    elif isinstance(x, str):
+        atom(b"S", x.encode("utf-8", "surrogatepass"))
+    elif isinstance(x, bytes):
+        atom(b"Y", x)
+    else:                                            # torch.dtype 之类：类型名 + repr
+        atom(b"R", f"{type(x).__module__}.{type(x).__qualname__}".encode())
+        atom(b"r", repr(x).encode("utf-8", "surrogatepass"))
+
+
+def _feed_v1(h, x) -> None:
+    """更早版本的编码（只为认出旧文件）：字典不记大小，键挪一层校验和不变。"""
+    if isinstance(x, torch.Tensor):
+        t = x.detach().cpu().contiguous()
+        h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    elif isinstance(x, dict):
+        for k in sorted(x, key=repr):
+            h.update(f"K{k!r}".encode())
+            _feed_v1(h, x[k])
+    elif isinstance(x, (list, tuple)):
+        h.update(f"L{len(x)}".encode())
+        for v in x:
+            _feed_v1(h, v)
+    else:
+        h.update(f"V{x!r}".encode())
+
+
+def payload_sha256(obj: dict, covers=CHECKSUM_COVERS, scheme: str = CHECKSUM_SCHEME) -> str:
+    """``covers`` 里各字段的 SHA-256。``scheme="v2"``（保存时用的）返回 ``"v2:<十六进制>"``，
+    编码见 :data:`CHECKSUM_SCHEME`；``"v1"`` 是更早版本的编码（只有十六进制），读旧文件时用。"""
     h = hashlib.sha256()
-
-    def feed(x) -> None:
-        if isinstance(x, torch.Tensor):
-            t = x.detach().cpu().contiguous()
-            h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
-        elif isinstance(x, dict):
-            for k in sorted(x, key=repr):
-                h.update(f"K{k!r}".encode())
-                feed(x[k])
-        elif isinstance(x, (list, tuple)):
-            h.update(f"L{len(x)}".encode())
-            for v in x:
-                feed(v)
-        else:
-            h.update(f"V{x!r}".encode())
-
-    feed({k: obj[k] for k in covers})
-    return h.hexdigest()
+    if scheme == "v2":
+        _feed_v2(h, {k: obj[k] for k in covers})
+        return f"v2:{h.hexdigest()}"
+    if scheme == "v1":
+        _feed_v1(h, {k: obj[k] for k in covers})
+        return h.hexdigest()
+    raise ValueError(f"未知的校验和编码 {scheme!r}")
 
 
 def save(path: str | Path, model: GPT, tokenizer, *, optimizer=None, step: int = 0,
@@ -255,21 +307,31 @@ def _verify(obj: dict, name: str, trust_unverified: bool) -> None:
                 "gptcourse 保存的文件总是全部覆盖，这个文件被改过，拒绝读取")
         if "sha256" not in obj:
             raise CheckpointError(f"{name} 有 sha256_covers 却没有 sha256：文件被改过，拒绝读取")
-        if payload_sha256(obj) != obj["sha256"]:
+        digest = obj["sha256"]
+        if ":" in digest and not digest.startswith(f"{CHECKSUM_SCHEME}:"):
+            raise CheckpointError(f"{name} 的校验和编码 {digest.split(':')[0][:20]!r} 不认识"
+                                  f"（这个版本的 gptcourse 写 {CHECKSUM_SCHEME}）：文件被改过，"
+                                  "或来自更新的 gptcourse，拒绝读取")
+        scheme = CHECKSUM_SCHEME if ":" in digest else "v1"
+        if payload_sha256(obj, scheme=scheme) != digest:
             raise CheckpointError(f"{name} 的校验和不符：{'、'.join(CHECKSUM_COVERS)} 在保存之后被"
                                   "改动或损坏")
-        return
-    if "sha256" in obj and payload_sha256(obj, LEGACY_COVERS) != obj["sha256"]:
-        raise CheckpointError(f"{name} 的校验和不符：{'、'.join(LEGACY_COVERS)} 在保存之后被"
-                              "改动或损坏")
-    what = ("只覆盖权重与优化器的旧格式校验和" if "sha256" in obj else "没有校验和")
+        if scheme == CHECKSUM_SCHEME:
+            return
+        what = "是更早版本的 v1 校验和（不记字典的大小与层次：把一个键挪到另一层，校验和不变）"
+    else:
+        if "sha256" in obj and payload_sha256(obj, LEGACY_COVERS, "v1") != obj["sha256"]:
+            raise CheckpointError(f"{name} 的校验和不符：{'、'.join(LEGACY_COVERS)} 在保存之后被"
+                                  "改动或损坏")
+        what = ("只覆盖权重与优化器的旧格式校验和" if "sha256" in obj else "没有校验和")
     if not trust_unverified:
         raise CheckpointError(
             f"{name} {what}：无法确认配置、词表与 meta（发布设置）没被改过，默认不读取。"
             "确认文件可信后"
             f"设环境变量 {TRUST_ENV}=1 再读（库里：trust_unverified=True），"
             "或用 gptcourse.checkpoint.upgrade(旧文件, 新文件) 重存为新格式")
-    warnings.warn(f"{name} {what}：配置、词表与 meta 不在校验和之内，按你的许可照常读取；"
+    weak = "配置、词表与 meta 的结构" if "sha256_covers" in obj else "配置、词表与 meta "
+    warnings.warn(f"{name} {what}：{weak}不在校验和之内，按你的许可照常读取；"
                   "可用 gptcourse.checkpoint.upgrade 重存为新格式", UnverifiedCheckpointWarning,
                   stacklevel=4)
 

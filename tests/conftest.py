@@ -38,3 +38,27 @@ def passes(capsys):
         return ok, out
 
     return run
+
+
+@pytest.fixture
+def one_line_error(capsys):
+    """``one_line_error(argv, message)``：命令行以退出码 2 结束，stderr 只有一行"错误：…"，
+    其中含 ``message``，没有 Traceback；返回这一行。"""
+    def check(argv, message) -> str:
+        from gptcourse import cli
+
+        assert cli.main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("错误：") and message in err, err
+        assert err.count("\n") == 1 and "Traceback" not in err
+        return err
+
+    return check
+
+
+@pytest.fixture
+def file_sha():
+    """``file_sha(path)``：文件内容的 SHA-256（十六进制），用来证明文件没被动过。"""
+    import hashlib
+
+    return lambda path: hashlib.sha256(path.read_bytes()).hexdigest()

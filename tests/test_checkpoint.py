@@ -54,7 +54,8 @@ def test_round_trip(tmp_path, tok, ids):
     raw = checkpoint.load_raw(path)
     assert set(raw) == {"format", "config", "model", "tokenizer", "step", "optimizer", "rng",
                         "meta", "sha256", "sha256_covers"}
-    assert raw["sha256"] == checkpoint.payload_sha256(raw) and len(raw["sha256"]) == 64
+    assert raw["sha256"] == checkpoint.payload_sha256(raw)
+    assert raw["sha256"].startswith("v2:") and len(raw["sha256"]) == 3 + 64
     assert raw["optimizer"]["state"]                             # 优化器的动量也在里面
     x = ids[None, :16]
     model.eval()

@@ -8,7 +8,6 @@
 """
 from __future__ import annotations
 
-import hashlib
 import subprocess
 
 import numpy as np
@@ -31,18 +30,6 @@ from gptcourse.tokenizer import CharTokenizer
 
 TRAIN = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
          "--no-progress", "--no-bf16", "--eval-batches", "2"]
-
-
-def one_line_error(capsys, argv, message) -> str:
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("错误：") and message in err, err
-    assert err.count("\n") == 1 and "Traceback" not in err
-    return err
-
-
-def sha(path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture
@@ -79,15 +66,15 @@ def test_N7_N8_N9_huge_max_new_tokens_is_refused_before_allocating(model, tok, c
 
 @pytest.mark.parametrize("case, value", [("G12", str(10**12)), ("G13", "9" * 25),
                                          ("G40", str(10**9))])
-def test_G12_G13_G40_cli_max_new_tokens_bound(capsys, saved, case, value):
-    one_line_error(capsys, ["generate", "--checkpoint", str(saved), "--max-new-tokens", value,
-                            "-n", "4", "--seed", "0"], "max_new_tokens 最多 1024")
+def test_G12_G13_G40_cli_max_new_tokens_bound(saved, case, value, one_line_error):
+    one_line_error(["generate", "--checkpoint", str(saved), "--max-new-tokens", value,
+                    "-n", "4", "--seed", "0"], "max_new_tokens 最多 1024")
 
 
-def test_G19_cli_n_is_bounded(capsys, saved):
-    one_line_error(capsys, ["generate", "--checkpoint", str(saved), "-n", "20000"],
+def test_G19_cli_n_is_bounded(saved, one_line_error):
+    one_line_error(["generate", "--checkpoint", str(saved), "-n", "20000"],
                    "-n 必须在 [1, 10000] 之内，收到 20000")
-    one_line_error(capsys, ["generate", "--checkpoint", str(saved), "-n", "200000"],
+    one_line_error(["generate", "--checkpoint", str(saved), "-n", "200000"],
                    "-n 必须在 [1, 10000] 之内")
 
 
@@ -127,8 +114,8 @@ def test_G19_bad_row_is_refused_before_any_batch_is_written(model, tok, monkeypa
     ("P9", "--batch-size", str(10**9), "batch_size 最多 65536，收到 1000000000"),
     ("P10", "--grad-accum", str(10**9), "grad_accum 最多 4096，收到 1000000000"),
 ])
-def test_P9_P10_train_sizes_are_bounded(capsys, tmp_path, case, flag, value, message):
-    one_line_error(capsys, [*TRAIN, "--steps", "1", "--out", str(tmp_path / "x.pt"), flag, value],
+def test_P9_P10_train_sizes_are_bounded(tmp_path, case, flag, value, message, one_line_error):
+    one_line_error([*TRAIN, "--steps", "1", "--out", str(tmp_path / "x.pt"), flag, value],
                    message)
     assert not list(tmp_path.iterdir())
 
@@ -156,15 +143,15 @@ def test_N11_N16_seed_is_validated(model, tok, case, seed):
         generate(model, tok, "春", seed=seed, max_new_tokens=4)
 
 
-def test_G17_cli_seed_2_64(capsys, saved):
-    one_line_error(capsys, ["generate", "--checkpoint", str(saved), "--seed", str(2**64),
-                            "--max-new-tokens", "8"], "seed 必须是")
+def test_G17_cli_seed_2_64(saved, one_line_error):
+    one_line_error(["generate", "--checkpoint", str(saved), "--seed", str(2**64),
+                    "--max-new-tokens", "8"], "seed 必须是")
 
 
 @pytest.mark.parametrize("case, seed", [("P1", "-1"), ("P2", str(2**40))])
-def test_P1_P2_train_seed_is_validated(capsys, tmp_path, case, seed):
-    one_line_error(capsys, [*TRAIN, "--steps", "1", "--seed", seed,
-                            "--out", str(tmp_path / "x.pt")],
+def test_P1_P2_train_seed_is_validated(tmp_path, case, seed, one_line_error):
+    one_line_error([*TRAIN, "--steps", "1", "--seed", seed,
+                    "--out", str(tmp_path / "x.pt")],
                    f"seed 必须是 [0, 2**32) 之内的整数（NumPy 的种子范围），收到 {seed}")
     with pytest.raises(UserError, match="seed 必须是"):
         runtime.set_seed(int(seed))
@@ -268,31 +255,31 @@ def test_S1_ctrl_c_in_any_command_is_one_line_and_exit_130(capsys, saved, monkey
 # ================================================================ F3：train 的数据安全
 @pytest.mark.parametrize("case, init_name", [("I12", "run.best.pt"), ("I13", "run.pt"),
                                              ("I12b", "run.last.pt")])
-def test_I12_I13_init_that_train_would_overwrite_is_refused(capsys, tmp_path, model, tok, case,
-                                                            init_name):
+def test_I12_I13_init_that_train_would_overwrite_is_refused(tmp_path, model, tok, case,
+                                                            init_name, one_line_error, file_sha):
     init = checkpoint.save(tmp_path / init_name, model, tok)
-    before = sha(init)
-    one_line_error(capsys, [*TRAIN, "--steps", "2", "--init", str(init),
-                            "--out", str(tmp_path / "run.pt")],
+    before = file_sha(init)
+    one_line_error([*TRAIN, "--steps", "2", "--init", str(init),
+                    "--out", str(tmp_path / "run.pt")],
                    f"--init {init} 正是这次训练要写的 {init_name}：训练会覆盖它的起点。"
                    "请换一个 --out")
-    assert sha(init) == before and sorted(p.name for p in tmp_path.iterdir()) == [init_name]
+    assert file_sha(init) == before and sorted(p.name for p in tmp_path.iterdir()) == [init_name]
 
 
-def test_I12_init_reached_through_a_link_is_refused(capsys, tmp_path, model, tok):
+def test_I12_init_reached_through_a_link_is_refused(tmp_path, model, tok, one_line_error):
     init = checkpoint.save(tmp_path / "run.best.pt", model, tok)
     (tmp_path / "other.pt").symlink_to(init)
-    one_line_error(capsys, [*TRAIN, "--steps", "2", "--init", str(tmp_path / "other.pt"),
-                            "--out", str(tmp_path / "run.pt")], "正是这次训练要写的 run.best.pt")
+    one_line_error([*TRAIN, "--steps", "2", "--init", str(tmp_path / "other.pt"),
+                    "--out", str(tmp_path / "run.pt")], "正是这次训练要写的 run.best.pt")
 
 
 def test_I14_divergence_before_the_first_evaluation_never_ships_a_stale_best(capsys, tmp_path,
-                                                                             model, tok):
+                                                                             model, tok, file_sha):
     """以前的训练留下了 m.pt 与 m.best.pt；这一次在第一次评估之前就发散：两者都不动，说真话。"""
     out, best = tmp_path / "m.pt", tmp_path / "m.best.pt"
     checkpoint.save(out, model, tok, step=1, meta={"run": "A"})
     checkpoint.save(best, model, tok, step=1, meta={"run": "A"})
-    before = sha(out), sha(best)
+    before = file_sha(out), file_sha(best)
     rc = cli.main([*TRAIN, "--steps", "3", "--eval-interval", "3", "--lr", "1e30", "--warmup", "0",
                    "--out", str(out)])
     assert rc == 1
@@ -300,7 +287,7 @@ def test_I14_divergence_before_the_first_evaluation_never_ships_a_stale_best(cap
     assert len(err) == 1 and err[0].startswith("错误：训练在第 ") and err[0].endswith(
         f"在那之前没有一次有限的验证损失，所以没有写出检查点 {out}"
         "（m.best.pt 是以前的训练留下的，没有动它）"), err
-    assert (sha(out), sha(best)) == before
+    assert (file_sha(out), file_sha(best)) == before
 
 
 # ================================================================ F4：校验和的覆盖范围
@@ -314,26 +301,26 @@ def _covers(covers):
 
 @pytest.mark.parametrize("case, covers", [("C8", ["model"]), ("C9", []),
                                           ("C8b", ["model", "optimizer"])])
-def test_C8_C9_self_declared_partial_coverage_is_refused(capsys, saved, case, covers,
-                                                         monkeypatch):
+def test_C8_C9_self_declared_partial_coverage_is_refused(saved, case, covers,
+                                                         monkeypatch, one_line_error):
     rewrite(saved, _covers(covers))
     monkeypatch.setenv(checkpoint.TRUST_ENV, "1")                  # 许可也不管用：文件被改过
     with pytest.raises(CheckpointError, match="small.pt 的 sha256_covers 是 .*，不是全部字段"):
         checkpoint.load(saved)
-    one_line_error(capsys, ["generate", "--checkpoint", str(saved)], "不是全部字段")
+    one_line_error(["generate", "--checkpoint", str(saved)], "不是全部字段")
 
 
-def test_I15_init_from_a_partially_covered_file_does_not_train(capsys, saved, tmp_path):
+def test_I15_init_from_a_partially_covered_file_does_not_train(saved, tmp_path, one_line_error):
     rewrite(saved, _covers(["model"]))
-    one_line_error(capsys, [*TRAIN, "--steps", "2", "--init", str(saved), "--titled",
-                            "--corpus", "tang_jinti", "--out", str(tmp_path / "ft.pt")],
+    one_line_error([*TRAIN, "--steps", "2", "--init", str(saved), "--titled",
+                    "--corpus", "tang_jinti", "--out", str(tmp_path / "ft.pt")],
                    "不是全部字段")
     assert not (tmp_path / "ft.pt").exists() and not (tmp_path / "ft.last.pt").exists()
 
 
 def _legacy(o):
     o.pop("sha256_covers")
-    o["sha256"] = checkpoint.payload_sha256(o, checkpoint.LEGACY_COVERS)
+    o["sha256"] = checkpoint.payload_sha256(o, checkpoint.LEGACY_COVERS, "v1")
 
 
 def _swap_char(o):                                 # 换掉词表里的一个字（换行符不动）
@@ -354,14 +341,15 @@ def _no_sha(o):
      "只覆盖权重与优化器的旧格式校验和"),
 ])
 def test_C5_C6_C7_C13_unverified_files_load_only_with_consent(capsys, saved, tmp_path,
-                                                              monkeypatch, case, make, what):
+                                                              monkeypatch, case, make, what,
+                                                              one_line_error):
     rewrite(saved, make)
     monkeypatch.delenv(checkpoint.TRUST_ENV, raising=False)
-    one_line_error(capsys, ["generate", "--checkpoint", str(saved), "--max-new-tokens", "2"],
+    one_line_error(["generate", "--checkpoint", str(saved), "--max-new-tokens", "2"],
                    f"small.pt {what}：无法确认配置、词表与 meta（发布设置）没被改过，默认不读取。"
                    "确认文件可信后设环境变量 GPTCOURSE_TRUST_UNVERIFIED=1 再读")
-    one_line_error(capsys, [*TRAIN, "--steps", "2", "--init", str(saved),
-                            "--out", str(tmp_path / "ft.pt")], what)        # --init 也不训练
+    one_line_error([*TRAIN, "--steps", "2", "--init", str(saved),
+                    "--out", str(tmp_path / "ft.pt")], what)        # --init 也不训练
     assert not (tmp_path / "ft.pt").exists()
     monkeypatch.setenv(checkpoint.TRUST_ENV, "1")                  # 明确许可：读，并说一行
     if case != "C7":                                              # n_head=1 的配置本身也能用
@@ -407,14 +395,14 @@ def test_shipped_checkpoints_carry_the_full_checksum(name):
     ("C19", "top_k", 10**6, "top_k 必须在 [0, 61] 之内，收到 1000000"),
 ])
 def test_C17_C18_C19_release_outside_the_server_ranges_is_refused_at_start(
-        capsys, tmp_path, model, tok, case, key, value, message):
+        tmp_path, model, tok, case, key, value, message, one_line_error):
     assert tok.vocab_size == 61
     defaults = release.validate_settings({key: value})              # 库的范围：合法
     with pytest.raises(UserError, match="检查点的发布设置超出网页服务的范围"):
         make_server(model, tok, port=0, defaults=defaults)
     path = checkpoint.save(tmp_path / "rel.pt", model, tok,
                            meta={"release": {"settings": {key: value}}})
-    one_line_error(capsys, ["serve", "--checkpoint", str(path), "--port", "0"],
+    one_line_error(["serve", "--checkpoint", str(path), "--port", "0"],
                    f"检查点的发布设置超出网页服务的范围：{message}")
     server = make_server(model, tok, port=0, defaults=release.validate_settings({}))
     server.server_close()                                            # 范围之内：照常启动

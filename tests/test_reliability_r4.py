@@ -6,11 +6,11 @@
 - F2 sample_poems 的首数、--probe-poems 有上限，说出上限；NumPy 的整数照常接受；
 - F3 train 的起点经过硬链接、``..`` 也认得出；中断/发散时不拿以前的 .best.pt 充数；
 - F4 覆盖范围：CHECKSUM_COVERS 就是读取时用到的全部字段，重复、字符串、换顺序都不能骗过它；
+  v2 编码带类型与长度：任何结构上的改动（键挪一层、列表换元组）都改变校验和；
 - F5–F10 网页范围、seed、双重题目、假值的发布设置、NumPy 的数、batch_size、Ctrl+C。
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
@@ -33,18 +33,6 @@ from gptcourse.tokenizer import CharTokenizer
 TRAIN = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
          "--no-progress", "--no-bf16", "--eval-batches", "2"]
 JIANGXUE = "千山鸟飞绝，万径人踪灭。"                  # 《江雪》的首联：仄韵，押不了平声韵
-
-
-def one_line_error(capsys, argv, message) -> str:
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("错误：") and message in err, err
-    assert err.count("\n") == 1 and "Traceback" not in err
-    return err
-
-
-def sha(path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 @pytest.fixture
@@ -76,7 +64,8 @@ def test_F1_a_plain_request_is_relaxed_not_refused_library(tok, settings):
 
 
 def test_F1_G41_cli_falls_back_to_free_sampling_and_says_so_in_one_line(capsys, tmp_path,
-                                                                         model, tok):
+                                                                         model, tok,
+                                                                         one_line_error):
     path = rhyming_release(tmp_path, model, tok)
     assert cli.main(["generate", "--checkpoint", str(path), "--prompt", JIANGXUE,
                      "--seed", "0"]) == 0
@@ -84,8 +73,8 @@ def test_F1_G41_cli_falls_back_to_free_sampling_and_says_so_in_one_line(capsys, 
     assert out.startswith(JIANGXUE) and out.count("\n") == 1
     assert err.count("\n") == 1 and err.startswith("注：检查点的发布设置默认押韵") \
         and "改为自由采样" in err, err
-    one_line_error(capsys, ["generate", "--checkpoint", str(path), "--prompt", JIANGXUE,
-                            "--rhyme"], "不要求押韵的话：命令行加 --no-rhyme")
+    one_line_error(["generate", "--checkpoint", str(path), "--prompt", JIANGXUE,
+                    "--rhyme"], "不要求押韵的话：命令行加 --no-rhyme")
 
 
 def test_F1_N41_N28_server_relaxes_plain_requests_and_names_it(tok):
@@ -108,31 +97,31 @@ def test_F2_sample_poems_count_is_bounded_before_any_sampling(model, tok, n, mon
 
 
 @pytest.mark.parametrize("value", ["1000000000", "-1"])
-def test_F2_train_probe_poems_is_bounded(capsys, tmp_path, value):
-    one_line_error(capsys, [*TRAIN, "--steps", "1", "--probe-poems", value,
-                            "--out", str(tmp_path / "m.pt")],
+def test_F2_train_probe_poems_is_bounded(tmp_path, value, one_line_error):
+    one_line_error([*TRAIN, "--steps", "1", "--probe-poems", value,
+                    "--out", str(tmp_path / "m.pt")],
                    f"--probe-poems 必须在 [0, {cli_train.MAX_PROBE_POEMS}] 之内，收到 {value}")
     assert not list(tmp_path.iterdir())
 
 
 # ================================================================ F3：train 的数据安全
-def test_F3_I12_init_reached_through_a_hard_link_or_dotdot_is_refused(capsys, tmp_path, model,
-                                                                      tok):
+def test_F3_I12_init_reached_through_a_hard_link_or_dotdot_is_refused(tmp_path, model,
+                                                                      tok, one_line_error):
     init = checkpoint.save(tmp_path / "run.best.pt", model, tok)
     os.link(init, tmp_path / "copy.pt")
     (tmp_path / "sub").mkdir()
     for given in (tmp_path / "copy.pt", tmp_path / "sub" / ".." / "run.best.pt"):
-        one_line_error(capsys, [*TRAIN, "--steps", "2", "--init", str(given),
-                                "--out", str(tmp_path / "run.pt")],
+        one_line_error([*TRAIN, "--steps", "2", "--init", str(given),
+                        "--out", str(tmp_path / "run.pt")],
                        "正是这次训练要写的 run.best.pt：训练会覆盖它的起点")
 
 
 def test_F3_I14_ctrl_c_before_the_first_evaluation_never_ships_a_stale_best(
-        capsys, tmp_path, model, tok, monkeypatch, tiny_corpus_text):
+        capsys, tmp_path, model, tok, monkeypatch, tiny_corpus_text, file_sha):
     out, best = tmp_path / "m.pt", tmp_path / "m.best.pt"
     checkpoint.save(out, model, tok, step=1, meta={"run": "A"})
     checkpoint.save(best, model, tok, step=1, meta={"run": "A"})
-    before = sha(out), sha(best)
+    before = file_sha(out), file_sha(best)
 
     def ctrl_c(*a, **kw):
         raise KeyboardInterrupt
@@ -142,7 +131,7 @@ def test_F3_I14_ctrl_c_before_the_first_evaluation_never_ships_a_stale_best(
     assert cli.main([*TRAIN, "--steps", "4", "--out", str(out)]) == 130
     assert capsys.readouterr().err == (f"已中断（Ctrl+C）。还没有评估过一次，所以没有写出检查点 "
                                        f"{out}（m.best.pt 是以前的训练留下的，没有动它）\n")
-    assert (sha(out), sha(best)) == before
+    assert (file_sha(out), file_sha(best)) == before
 
 
 # ================================================================ F4：覆盖范围不由文件说了算
@@ -178,18 +167,19 @@ def test_F4_full_coverage_in_another_order_still_loads(tmp_path, model, tok):
     assert checkpoint.load(path)[2]["step"] == 5
 
 
-def test_F4_C7_legacy_checksum_with_an_edited_n_head_does_not_init_a_training(capsys, tmp_path,
+def test_F4_C7_legacy_checksum_with_an_edited_n_head_does_not_init_a_training(tmp_path,
                                                                               model, tok,
-                                                                              monkeypatch):
+                                                                              monkeypatch,
+                                                                              one_line_error):
     monkeypatch.delenv(checkpoint.TRUST_ENV, raising=False)
     path = checkpoint.save(tmp_path / "m.pt", model, tok)
     obj = torch.load(path, weights_only=True)
     obj["config"]["n_head"] = 1
     del obj["sha256_covers"]
-    obj["sha256"] = checkpoint.payload_sha256(obj, checkpoint.LEGACY_COVERS)
+    obj["sha256"] = checkpoint.payload_sha256(obj, checkpoint.LEGACY_COVERS, "v1")
     torch.save(obj, path)
-    one_line_error(capsys, [*TRAIN, "--steps", "1", "--init", str(path),
-                            "--out", str(tmp_path / "ft.pt")], "只覆盖权重与优化器的旧格式校验和")
+    one_line_error([*TRAIN, "--steps", "1", "--init", str(path),
+                    "--out", str(tmp_path / "ft.pt")], "只覆盖权重与优化器的旧格式校验和")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.pt"]
 
 
@@ -278,10 +268,6 @@ def test_K2_a_multi_line_compile_failure_is_reported_in_one_line(tiny_corpus_tex
     assert len(err) == 1 and err[0].endswith("改用普通模式"), err
 
 
-@pytest.mark.xfail(strict=True, reason="payload_sha256 frames dicts without their length: a key "
-                   "moved one level up (release.settings.top_p → release.top_p) keeps the same "
-                   "hash. Fixing it changes every hash; the shipped checkpoints must be re-saved "
-                   "first (owner's decision, not done in this round)")
 def test_F4_moving_a_key_between_nesting_levels_breaks_the_checksum(tmp_path, model, tok):
     path = checkpoint.save(tmp_path / "m.pt", model, tok, meta={
         "release": {"settings": {"rhyme": True, "top_p": 0.95}, "val_loss": 3.0}})
@@ -291,3 +277,72 @@ def test_F4_moving_a_key_between_nesting_levels_breaks_the_checksum(tmp_path, mo
     torch.save(obj, path)
     with pytest.raises(CheckpointError, match="校验和不符"):
         checkpoint.load(path)
+
+
+@pytest.mark.parametrize("case, edit", [
+    ("split-string", lambda m: m.update(a="ab", b="c")),
+    ("list-to-tuple", lambda m: m.update(lst=tuple(m["lst"]))),
+    ("int-to-str", lambda m: m.update(n="1")),
+    ("bool-to-int", lambda m: m.update(flag=1)),
+    ("float-to-int", lambda m: m.update(x=1)),
+    ("flatten-list", lambda m: m.update(lst=[1, 2, 3])),
+    ("key-into-sibling", lambda m: m["inner"].update(b=m.pop("b"))),
+])
+def test_F4_every_structural_edit_breaks_the_checksum(tmp_path, model, tok, case, edit):
+    meta = {"a": "a", "b": "bc", "lst": [[1, 2], 3], "n": 1, "flag": True, "x": 1.0,
+            "inner": {"c": None}}
+    path = checkpoint.save(tmp_path / "m.pt", model, tok, meta=meta)
+    obj = torch.load(path, weights_only=True)
+    edit(obj["meta"])
+    assert repr(obj["meta"]) != repr(meta)
+    torch.save(obj, path)
+    with pytest.raises(CheckpointError, match="校验和不符"):
+        checkpoint.load(path)
+
+
+def _v1_full(obj):
+    obj["sha256"] = checkpoint.payload_sha256(obj, scheme="v1")     # 更早版本写的全字段校验和
+
+
+def test_F4_v1_full_checksum_is_unverified_refused_by_default_then_upgraded(tmp_path, model, tok,
+                                                                            monkeypatch):
+    monkeypatch.delenv(checkpoint.TRUST_ENV, raising=False)
+    path = checkpoint.save(tmp_path / "m.pt", model, tok, step=3,
+                           meta={"release": {"settings": {"top_p": 0.95}}})
+    obj = torch.load(path, weights_only=True)
+    _v1_full(obj)
+    torch.save(obj, path)
+    with pytest.raises(CheckpointError, match="m.pt 是更早版本的 v1 校验和.*默认不读取.*upgrade"):
+        checkpoint.load(path)
+    with pytest.warns(checkpoint.UnverifiedCheckpointWarning, match="v1 校验和"):
+        checkpoint.load(path, trust_unverified=True)
+    rel = obj["meta"]["release"]                                   # v1 看不出的挪动
+    rel["top_p"] = rel["settings"].pop("top_p")
+    assert checkpoint.payload_sha256(obj, scheme="v1") == obj["sha256"]
+    rel["settings"]["top_p"] = rel.pop("top_p")
+    new = checkpoint.upgrade(path, tmp_path / "new.pt")
+    raw = checkpoint.load_raw(new, trust_unverified=False)
+    assert raw["sha256"] == checkpoint.payload_sha256(raw) and raw["sha256"].startswith("v2:")
+    assert raw["meta"] == obj["meta"] and raw["step"] == 3
+    for k, v in obj["model"].items():
+        assert torch.equal(v, raw["model"][k]), k
+
+
+def test_F4_an_edited_v1_full_checksum_is_corrupt_even_with_consent(tmp_path, model, tok):
+    path = checkpoint.save(tmp_path / "m.pt", model, tok)
+    obj = torch.load(path, weights_only=True)
+    _v1_full(obj)
+    obj["config"]["n_head"] = 1
+    torch.save(obj, path)
+    with pytest.raises(CheckpointError, match="校验和不符"):
+        checkpoint.load(path, trust_unverified=True)
+
+
+@pytest.mark.parametrize("digest", ["v3:" + "0" * 64, "sha512:abc", ":", "V2:" + "0" * 64])
+def test_F4_an_unknown_checksum_scheme_is_refused_even_with_consent(tmp_path, model, tok, digest):
+    path = checkpoint.save(tmp_path / "m.pt", model, tok)
+    obj = torch.load(path, weights_only=True)
+    obj["sha256"] = digest
+    torch.save(obj, path)
+    with pytest.raises(CheckpointError, match="校验和编码 .* 不认识"):
+        checkpoint.load(path, trust_unverified=True)
