@@ -6,7 +6,9 @@
 - K、V 缓冲区 [L, B, H, S_max, D] 一次分配好；新位置的 k、v 用 ``index_copy_`` 写进第 ``pos`` 格；
 - 注意力总是看全部 S_max 个键，``pos`` 之后的位置用掩码挡掉（它们的权重是 exp(−∞) = 0）；
 - ``pos`` 是一个张量，不是 Python 整数：每一步的输入形状和类型都一样，所以 ``torch.compile``
-  只编译一次，之后每一步都是同一段编译好的代码（没有逐层的 Python、小算子融合在一起）。
+  只编译一次，之后每一步都是同一段编译好的代码（没有逐层的 Python、小算子融合在一起）；
+- SwiGLU 的 gate 与 up 两个矩阵拼成一个 [2·Hd, C]（建解码器时拷一份）：每层少一次矩阵 × 向量；
+- 编译时用 inductor 的 ``cpp_wrapper``：每一步的调度写成 C++，不再逐个算子经过 Python。
 
 掩码掉的键对结果没有贡献，但 softmax 的求和顺序与按长度切片时不同，所以结果与教学路径只差
 浮点舍入（fp32 下约 1e-6；测试比较贪心写出的词元与容差内的 logits）。``dtype=torch.bfloat16``
@@ -112,6 +114,9 @@ class DecodeStep(torch.nn.Module):
         self.model = model.eval()
         self.register_buffer("slots", torch.arange(model.config.block_size, device=param.device),
                              persistent=False)
+        # SwiGLU：gate 与 up 拼成一个矩阵 [2·Hd, C]，一次矩阵 × 向量算出两者（拷贝，不改原模型）
+        self.gate_up = [torch.cat([b.mlp.gate.weight, b.mlp.up.weight]).detach()
+                        if b.mlp.swiglu and b.mlp.gate.bias is None else None for b in model.blocks]
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor,
                 kv: list[torch.Tensor]) -> torch.Tensor:
@@ -127,8 +132,16 @@ class DecodeStep(torch.nn.Module):
         for i, block in enumerate(m.blocks):
             x = x + self._attend(block.attn, block.norm1(x), rope, see, kv[2 * i],
                                  kv[2 * i + 1], pos)
-            x = x + block.mlp(block.norm2(x))
+            x = x + self._mlp(block.mlp, block.norm2(x), self.gate_up[i])
         return m.lm_head(m.norm_f(x))[:, 0].float()                   # [B, V]
+
+    @staticmethod
+    def _mlp(mlp, x, gate_up) -> torch.Tensor:
+        """一层 MLP：x [B, 1, C] → [B, 1, C]；SwiGLU 用拼好的 gate_up [2·Hd, C]。"""
+        if gate_up is None:
+            return mlp(x)
+        gate, up = F.linear(x, gate_up).chunk(2, dim=-1)             # 各 [B, 1, Hd]
+        return mlp.down(F.silu(gate) * up)
 
     @staticmethod
     def _attend(attn, x, rope, see, kc, vc, pos) -> torch.Tensor:
@@ -168,7 +181,8 @@ class FastDecoder:
                 self.reason = why + "，改用不编译的快速一步"
             else:
                 use_inductor_cache(cache_dir)
-                self._fn = torch.compile(self.step, fullgraph=True, dynamic=False)
+                self._fn = torch.compile(self.step, fullgraph=True, dynamic=False,
+                                         options={"cpp_wrapper": True})
                 self.compiled, self.reason = True, "torch.compile"
         self._lock = threading.Lock()
         self._warm: set[int] = set()                   # 已经编译好的批大小
