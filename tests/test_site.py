@@ -104,6 +104,20 @@ def test_chapter_works_on_a_desktop_and_a_phone(site, window, min_width):
             assert driver.js("return getComputedStyle(document.querySelector('nav.toc'))"
                              ".display") == "block"
             _screenshot(driver, "site_chapter_400.png")
+            # 打开的目录从按钮下面开始，滚到底也没有一个条目藏在按钮底下
+            for scroll in (0, 10**6):
+                overlap = driver.js(_UNDER_BUTTON, scroll)
+                assert overlap == [], overlap
+
+
+_UNDER_BUTTON = """
+const nav = document.querySelector('nav.toc'); nav.scrollTop = arguments[0];
+const b = document.querySelector('label.tocbtn').getBoundingClientRect();
+return [...nav.querySelectorAll('a')].filter(a => { const r = a.getBoundingClientRect();
+  const x = Math.min(Math.max(b.left + 2, r.left), r.right - 1), y = (r.top + r.bottom) / 2;
+  return r.bottom > b.top && r.top < b.bottom && r.right > b.left && r.left < b.right
+         && document.elementFromPoint(x, y) === a; }).map(a => a.textContent);
+"""
 
 
 def test_wide_characters_take_two_columns_in_pre_blocks(site):

@@ -53,8 +53,13 @@ pre .zh2 { display: inline-block; width: 1.2em; text-align: center; }  /* 全角
                  border: 1px solid #c9a66b; border-radius: 4px; background: #fff;
                  position: sticky; top: .5em; z-index: 20; box-shadow: 0 1px 4px rgba(0,0,0,.15); }
   nav.toc { display: none; width: auto; position: static; max-height: none; }
+  /* 打开的目录：按钮固定在最上面一条（不随页面头部往下错位）；目录滚动时条目藏到这一条底色下面，
+     不从按钮底下穿过 */
+  #tocbtn:checked + label.tocbtn { position: fixed; top: .5em; left: 0; }
+  #tocbtn:checked ~ .layout::before { content: ""; position: fixed; top: 0; left: 0; right: 0;
+                 height: 3.6em; background: #fdfbf7; z-index: 15; }
   #tocbtn:checked ~ .layout nav.toc { display: block; position: fixed; top: 0; left: 0; right: 0; bottom: 0;
-                 padding: 3.2em 1.2em 1em; overflow-y: auto; background: #fdfbf7; z-index: 10; }
+                 padding: 4.2em 1.2em 1em; overflow-y: auto; background: #fdfbf7; z-index: 10; }
   main { padding: 1em .9em 3em; }
   header { gap: .6em; }
 }
