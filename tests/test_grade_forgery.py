@@ -139,3 +139,68 @@ def test_the_worker_spec_carries_no_key():
     nb = nbformat.from_dict(teacher_nb())
     spec, _ = build_spec(nb, nb, "nb01", 10)
     assert "key" not in spec
+
+
+# ---------------------------------------------------------------- 会改动模型与优化器的练习
+_MISTAKES = {          # 名字 → (练习单元格的 grade_id, 原文, 改成, 应得的判决与提示里的一句)
+    "zero_grad_after": ("nb03-train_step",
+                        "    optimizer.zero_grad(set_to_none=True)\n    loss.backward()\n",
+                        "    loss.backward()\n    optimizer.zero_grad(set_to_none=True)\n",
+                        ("train_step", "zero_grad 放在了 backward 之后")),
+    "no_clip": ("nb03-train_step",
+                "    torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)\n", "",
+                ("train_step", "没有被裁剪")),
+    "no_zero_grad": ("nb03-train_step", "    optimizer.zero_grad(set_to_none=True)\n", "",
+                     ("train_step", "梯度在步与步之间累加了")),
+    "no_division": ("nb03-accumulate_grads", "(loss / n).backward()", "loss.backward()",
+                    ("accumulate_grads", "要除以 2")),
+    "no_targets": ("nb03-titled_step",
+                   "generator=gen,\n" + " " * 29 + "targets=targets)", "generator=gen)",
+                   ("titled_step", "算进了题目的位置")),
+    "no_lr": ("nb03-titled_step", '        group["lr"] = lr\n', "        pass\n",
+              ("titled_step", "学习率要按日程")),
+}
+
+
+@pytest.mark.slow
+def test_exercises_that_change_a_model_are_judged_by_the_referee(tmp_path):
+    """03 的 train_step、accumulate_grads、titled_step 改动检查器交给它们的模型与优化器：工作进程把
+    改动后的参数、梯度、优化器状态和全局随机数状态发回裁判，裁判写回自己的对象再比较。
+    正确的答案得分，典型的错误（清梯度的位置、忘了裁剪、忘了清梯度、不除以 n、不传 targets、
+    不按日程设学习率）都被认出，提示与在同一个进程里检查时一样；判决都标 referee。"""
+    import copy
+
+    import nbformat
+    from nbformat.v4 import new_code_cell, new_notebook
+    from test_grade_chapters import _require_sandbox
+
+    from gptcourse.classroom.grade import REFERENCE, Options, grade
+    _require_sandbox()
+    source = nbformat.read(next(REFERENCE.glob("03_*.ipynb")), as_version=4)
+    wanted = {"nb03-lr_schedule", "nb03-train_step", "nb03-accumulate_grads", "nb03-titled_step"}
+
+    def gid(c) -> str:
+        return c.get("metadata", {}).get("nbgrader", {}).get("grade_id", "")
+    cells = [new_code_cell("import math\nimport torch\nimport gptcourse as gc")]
+    cells += [copy.deepcopy(c) for c in source.cells if gid(c).removesuffix("-check") in wanted]
+    ref_nb = new_notebook(cells=cells)
+    (tmp_path / "ref").mkdir()
+    (tmp_path / "hw").mkdir()
+    nbformat.write(ref_nb, tmp_path / "ref" / "03_tiny.ipynb")
+    nbformat.write(ref_nb, tmp_path / "hw" / "1000_right.ipynb")
+    for i, (name, (cell_id, old, new, _)) in enumerate(_MISTAKES.items()):
+        nb = copy.deepcopy(ref_nb)
+        cell = next(c for c in nb.cells if gid(c) == cell_id)
+        assert old in cell.source, name
+        cell.source = cell.source.replace(old, new)
+        nbformat.write(nb, tmp_path / "hw" / f"10{i + 1:02d}_{name}.ipynb")
+    subs = grade(sorted((tmp_path / "hw").glob("*.ipynb")),
+                 Options(reference=tmp_path / "ref", timeout=300, cell_timeout=60), jobs=2)
+    by = {s.path.stem.split("_", 1)[1]: {e["exercise"]: e for e in s.exercises} for s in subs}
+    assert {e["judged"] for s in by.values() for e in s.values()} == {"referee"}
+    assert all(e["passed"] for e in by["right"].values()), by["right"]
+    for name, (_, _, _, (exercise, hint)) in _MISTAKES.items():
+        got = by[name]
+        assert got[exercise]["status"] == "答案不对" and hint in got[exercise]["message"], \
+            (name, got[exercise])
+        assert all(e["passed"] for ex, e in got.items() if ex != exercise), (name, got)

@@ -54,17 +54,18 @@ STATUSES = ("正确", "答案不对", "未作答", "出错", "超时")
 REFERENCE = ROOT / "notebooks"
 NAME_RULE = "<学号>_<姓名>.ipynb"
 # 检查器必须拿着活的对象、不能经裁判进程代理的练习：检查器在沙箱里与学生的代码同一个进程里运行，
-# 判决标为 in-process（见 referee.py）。其余练习都由沙箱外的裁判进程判。为什么不能代理：
+# 判决标为 in-process（见 referee.py）。其余练习都由沙箱外的裁判进程判——包括改动模型和优化器的
+# 03 train_step、accumulate_grads、titled_step：工作进程把改动后的参数、梯度、优化器状态和全局
+# 随机数状态发回裁判，裁判写回它自己的对象（``referee.write_back``）。不能代理的原因：
 # - 02 的 nn.Module 类（mlp、rmsnorm、attention_module、gpt_model）与 leaky_model：检查器要
 #   ``isinstance(…, nn.Module)``，gpt_model 还要核对输出头与词嵌入是**同一个**张量（权重共享）；
 # - 03 cross_entropy：检查器要读函数的源代码、在调用时把 F.cross_entropy 换成“探子”（不许调用它）；
-# - 03 param_groups：按参数对象的 ``id`` 核对分组；train_step、accumulate_grads、titled_step：
-#   检查学生的函数走完之后模型的参数与梯度（由学生的函数原地改动）；estimate_loss、training_loop：
-#   在模型上挂前向钩子，记下 training 模式和是否记录梯度；aux_loss：返回的损失要能反向传播。
+# - 03 param_groups：按参数对象的 ``id`` 核对分组；estimate_loss、training_loop：在模型上挂前向
+#   钩子，记下 training 模式和是否记录梯度；aux_loss：返回的损失要能反向传播到学生的模型。
 IN_SANDBOX: dict[str, frozenset[str]] = {
     "nb02": frozenset({"mlp", "rmsnorm", "attention_module", "gpt_model", "leaky_model"}),
-    "nb03": frozenset({"cross_entropy", "param_groups", "train_step", "accumulate_grads",
-                       "estimate_loss", "training_loop", "aux_loss", "titled_step"}),
+    "nb03": frozenset({"cross_entropy", "param_groups", "estimate_loss", "training_loop",
+                       "aux_loss"}),
 }
 
 

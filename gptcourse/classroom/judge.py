@@ -33,6 +33,7 @@ import importlib
 import json
 import linecache
 import os
+import pickle
 import re
 import signal
 import sys
@@ -278,6 +279,8 @@ class _RefereeFunction:
         self.worker, self.ident = worker, ident
 
     def __call__(self, *args):
+        import pickle
+
         from .referee import recv
         w = self.worker
         w.send({"op": "rcall", "id": self.ident, "args": to_referee(list(args), w.refs)})
@@ -285,35 +288,78 @@ class _RefereeFunction:
         if reply is None:
             raise SystemExit(3)
         if reply["op"] == "ok":
-            return from_referee(reply["value"], w.refs, w)
+            objects = pickle.loads(reply["objects"]) if "objects" in reply else None
+            return from_referee(reply["value"], w.refs, w, objects)
         raise RuntimeError(str(reply.get("error", {}).get("msg", "裁判那边的函数出错")))
 
 
-def from_referee(x, refs: _Refs, worker=None):
+def from_referee(x, refs: _Refs, worker=None, objects: list | None = None):
     """裁判发来的值 → 学生这边的值（裁判信得过：它用 pickle 发来的对象照样读）。"""
-    import pickle
     t = type(x)
     if t is list:
-        return [from_referee(v, refs, worker) for v in x]
+        return [from_referee(v, refs, worker, objects) for v in x]
     if t is tuple:
-        return tuple(from_referee(v, refs, worker) for v in x)
+        return tuple(from_referee(v, refs, worker, objects) for v in x)
     if t is dict:
         tag = x.get(TAG)
         if tag == "dict":
-            return {from_referee(k, refs, worker): from_referee(v, refs, worker)
+            return {from_referee(k, refs, worker, objects): from_referee(v, refs, worker, objects)
                     for k, v in x["items"]}
         if tag in ("set", "frozenset"):
-            items = [from_referee(v, refs, worker) for v in x["items"]]
+            items = [from_referee(v, refs, worker, objects) for v in x["items"]]
             return set(items) if tag == "set" else frozenset(items)
         if tag == "ellipsis":
             return ...
         if tag == "ref":
             return refs.objects[x["id"]]
-        if tag == "pickle":
-            return pickle.loads(x["data"])
+        if tag == "obj":
+            return objects[x["i"]]
         if tag == "rref":
             return _RefereeFunction(worker, x["id"])
     return x
+
+
+class _Watch:
+    """裁判交给学生函数的模型与优化器：调用前记下参数、梯度的版本，调用后把改动过的发回裁判
+    （裁判写回它自己的那个对象，见 ``referee.write_back``）。"""
+
+    def __init__(self, objects: list) -> None:
+        import torch
+        self.objects, self.before = objects, []
+        for o in objects:
+            if isinstance(o, torch.nn.Module):
+                params, buffers = list(o.parameters()), list(o.buffers())
+                self.before.append(([p._version for p in params],
+                                    [(p.grad, None if p.grad is None else p.grad._version)
+                                     for p in params],
+                                    [b._version for b in buffers]))
+            else:
+                self.before.append(None)
+
+    def changes(self) -> list:
+        import torch
+        found = []
+        for o, before in zip(self.objects, self.before):
+            if isinstance(o, torch.nn.Module) and before is not None:
+                versions, grads, bversions = before
+                params, buffers = list(o.parameters()), list(o.buffers())
+                if len(params) != len(versions) or len(buffers) != len(bversions):
+                    found.append(None)               # 学生的函数换掉了模型的结构：不写回
+                    continue
+                found.append({
+                    "kind": "module",
+                    "params": {i: p for i, (p, v) in enumerate(zip(params, versions))
+                               if p._version != v},
+                    "grads": {i: p.grad for i, (p, (g, v)) in enumerate(zip(params, grads))
+                              if p.grad is not g or (g is not None and g._version != v)},
+                    "buffers": {i: b for i, (b, v) in enumerate(zip(buffers, bversions))
+                                if b._version != v},
+                    "training": [m.training for m in o.modules()]})
+            elif isinstance(o, torch.optim.Optimizer):
+                found.append({"kind": "optimizer", "state": o.state_dict()})
+            else:
+                found.append(None)
+        return found
 
 
 class _Worker:
@@ -501,6 +547,8 @@ class _Worker:
     # ------------------------------------------------ 替裁判调用学生的代码
     def serve(self) -> None:
         """回答裁判的请求（调用、取属性……），直到它说这一题判完了（``done``）。"""
+        import torch
+
         from .referee import recv
         ops = {"call": lambda o, m: o(*m["args"], **m["kwargs"]),
                "getattr": lambda o, m: getattr(o, m["name"]),
@@ -519,10 +567,19 @@ class _Worker:
                 self.restore()
                 self.send({"op": "ok", "value": changed})
                 return
+            watch = None
             try:
                 obj = self.refs.objects[msg["id"]]
-                decoded = {k: from_referee(v, self.refs, self) for k, v in msg.items()
+                objects = pickle.loads(msg["objects"]) if "objects" in msg else None
+                for o, grads in zip(objects or [], msg.get("grads") or []):
+                    if grads is not None:                  # pickle 不带 .grad：另外发来
+                        for param, g in zip(o.parameters(), grads):
+                            param.grad = g
+                decoded = {k: from_referee(v, self.refs, self, objects) for k, v in msg.items()
                            if k in ("args", "kwargs", "key", "value")}
+                watch = _Watch(objects) if objects else None
+                if "rng" in msg:
+                    torch.set_rng_state(msg["rng"])
                 value = self.timed(ops[msg["op"]], obj, {**msg, **decoded})
                 reply = {"op": "ok", "value": to_referee(value, self.refs)}
             except CellTimeout as e:
@@ -532,6 +589,10 @@ class _Worker:
                 reply = {"op": "timeout", "message": self.stuck.get(ex, "超时")}
             except BaseException as e:  # noqa: BLE001 - 学生代码里的任何错误都交给检查器处理
                 reply = self._error(e)
+            if "rng" in msg:
+                reply["rng"] = torch.get_rng_state()
+            if watch is not None:
+                reply["state"] = to_referee(watch.changes(), self.refs)
             try:
                 self.send(reply)
             except ValueError as e:                    # 结果太大：告诉检查器这是一个错误

@@ -14,9 +14,14 @@
 所以学生的函数只能**返回**结果，不能替检查器**判断**结果。判决由裁判写在它自己的标准输出上，
 工作进程碰不到；帧不合协议（伪造的行、长度不对、读不出来），整份作业记 0 分。
 
-少数练习的检查器必须拿着活的对象（训练循环改动模型与优化器的参数和梯度、数参数对象的 ``id``、
-挂前向钩子、读函数的源代码……），见 ``grade.IN_SANDBOX``：这些题仍由工作进程在沙箱里调用检查器，
-判决在 JSON / CSV 里标为 ``in-process``（同进程），不具备上面的保证。
+裁判交给学生函数的配置、包里的模型、优化器用 pickle 复制过去（工作进程信得过裁判）。学生的函数
+改动了其中的模型或优化器（训练一步、累积梯度），工作进程把改动过的参数、梯度、优化器状态发回来
+（都是数据），连同全局随机数状态，裁判写回它自己的对象（``write_back``）：检查器看到的，就像学生的
+函数在它自己的进程里改动了它们一样。
+
+少数练习的检查器必须拿着活的对象（数参数对象的 ``id``、挂前向钩子、读函数的源代码、
+``isinstance(…, nn.Module)``、要能反向传播的损失……），见 ``grade.IN_SANDBOX``：这些题仍由工作进程
+在沙箱里调用检查器，判决在 JSON / CSV 里标为 ``in-process``（同进程），不具备上面的保证。
 """
 from __future__ import annotations
 
@@ -228,9 +233,58 @@ def from_worker(x, ref: Referee, depth: int = 0):
     raise Breach(f"不是数据（{t.__name__}）")
 
 
-def to_worker(x, depth: int = 0, exported: list | None = None):
+class Outgoing:
+    """一条发给工作进程的消息里不是数据的对象（配置、包里的模型、优化器……）：一起 pickle 成一份，
+    对象之间的引用照旧（优化器里的参数就是模型的参数）；pickle 不了的函数（老师的 lambda）留在
+    裁判这边，工作进程调用时再问裁判（``rref``）。"""
+
+    def __init__(self, exported: list) -> None:
+        self.exported = exported
+        self.objects: list = []
+        self.markers: list[dict] = []
+        self.index: dict[int, int] = {}
+
+    def add(self, x) -> dict:
+        k = self.index.get(id(x))
+        if k is None:
+            k = self.index[id(x)] = len(self.objects)
+            self.objects.append(x)
+        marker = {TAG: "obj", "i": k}
+        self.markers.append(marker)
+        return marker
+
+    def blob(self) -> bytes | None:
+        if not self.objects:
+            return None
+        try:
+            return pickle.dumps(self.objects)
+        except Exception:  # noqa: BLE001 - 逐个试，pickle 不了的函数改成 rref
+            pass
+        for k, x in enumerate(self.objects):
+            try:
+                pickle.dumps(x)
+                continue
+            except Exception as e:  # noqa: BLE001
+                if not callable(x):
+                    raise TypeError(f"{type(x).__name__} 不能交给工作进程（{e}）") from None
+            self.exported.append(x)
+            for m in self.markers:
+                if m.get("i") == k and m.get(TAG) == "obj":
+                    m.clear()
+                    m.update({TAG: "rref", "id": len(self.exported) - 1})
+            self.objects[k] = None
+        return pickle.dumps(self.objects)
+
+    def grads(self) -> list:
+        """pickle 不带参数的 .grad：模型的梯度另外作为数据发过去（“忘了清梯度”才看得出来）。"""
+        import torch
+        return [[p.grad for p in o.parameters()] if isinstance(o, torch.nn.Module) else None
+                for o in self.objects]
+
+
+def to_worker(x, out: Outgoing, depth: int = 0):
     """裁判这边的值 → 发给工作进程：数据照原样，学生的对象发编号，其余（配置、包里的模型、分词器）
-    用 pickle 复制一份过去（工作进程信得过裁判，反过来不行）。"""
+    交给 ``out`` 用 pickle 复制过去（工作进程信得过裁判，反过来不行）。"""
     import torch
     if depth > 64:
         raise TypeError("嵌套太深")
@@ -244,22 +298,52 @@ def to_worker(x, depth: int = 0, exported: list | None = None):
     if t in (torch.Tensor, torch.nn.Parameter):
         return x if x.is_leaf else x.detach()
     if t is list:
-        return [to_worker(v, depth + 1, exported) for v in x]
+        return [to_worker(v, out, depth + 1) for v in x]
     if t is tuple:
-        return tuple(to_worker(v, depth + 1, exported) for v in x)
+        return tuple(to_worker(v, out, depth + 1) for v in x)
     if t is dict:
-        return {TAG: "dict", "items": [[to_worker(k, depth + 1, exported),
-                                        to_worker(v, depth + 1, exported)]
+        return {TAG: "dict", "items": [[to_worker(k, out, depth + 1), to_worker(v, out, depth + 1)]
                                        for k, v in x.items()]}
     if t in (set, frozenset):
-        return {TAG: t.__name__, "items": [to_worker(v, depth + 1, exported) for v in x]}
-    try:
-        return {TAG: "pickle", "data": pickle.dumps(x)}
-    except Exception as e:  # noqa: BLE001
-        if callable(x) and exported is not None:   # 老师的 lambda（例如自助法的统计量）：
-            exported.append(x)                     # 留在裁判这边，工作进程调用时再问裁判
-            return {TAG: "rref", "id": len(exported) - 1}
-        raise TypeError(f"{t.__name__} 不能交给工作进程（{e}）") from None
+        return {TAG: t.__name__, "items": [to_worker(v, out, depth + 1) for v in x]}
+    return out.add(x)
+
+
+def write_back(objects: list, states, ref: Referee) -> None:
+    """学生的函数改动了裁判交给它的模型 / 优化器（训练一步、累积梯度……）：工作进程把改动后的
+    状态发回来（只是数据），这里写回裁判自己的那个对象——检查器看到的就像学生的函数在本进程里
+    改动了它一样。"""
+    import torch
+    if type(states) is not list or len(states) != len(objects):
+        raise ValueError("写回的状态格式不对")
+    for obj, st in zip(objects, states):
+        if st is None:
+            continue
+        if type(st) is not dict:
+            raise ValueError("写回的状态格式不对")
+        if isinstance(obj, torch.nn.Module) and st.get("kind") == "module":
+            params, buffers = list(obj.parameters()), list(obj.buffers())
+            with torch.no_grad():
+                for group, target in ((st.get("params"), params), (st.get("buffers"), buffers)):
+                    for i, t in (group or {}).items():
+                        if not (type(i) is int and 0 <= i < len(target)
+                                and isinstance(t, torch.Tensor) and t.shape == target[i].shape):
+                            raise ValueError("写回的参数形状不对")
+                        target[i].copy_(t)
+            for i, g in (st.get("grads") or {}).items():
+                if not (type(i) is int and 0 <= i < len(params)) or not (
+                        g is None or (isinstance(g, torch.Tensor) and g.shape == params[i].shape)):
+                    raise ValueError("写回的梯度形状不对")
+                params[i].grad = None if g is None else g.to(params[i].dtype).clone()
+            flags, modules = st.get("training"), list(obj.modules())
+            if type(flags) is list and len(flags) == len(modules) \
+                    and all(type(f) is bool for f in flags):
+                for m, f in zip(modules, flags):
+                    m.training = f
+        elif isinstance(obj, torch.optim.Optimizer) and st.get("kind") == "optimizer":
+            obj.load_state_dict(st["state"])
+        else:
+            raise ValueError("写回的状态与对象对不上")
 
 
 # ---------------------------------------------------------------- 裁判
@@ -296,9 +380,17 @@ class Referee:
 
     # ------------------------------------------------ 问工作进程
     def ask(self, op: str, ident: int | None = None, **kw):
+        import torch
         msg = {"op": op, **({} if ident is None else {"id": ident})}
+        out = Outgoing(self.exported)
         for k, v in kw.items():
-            msg[k] = to_worker(v, exported=self.exported) if k != "name" else str(v)
+            msg[k] = to_worker(v, out) if k != "name" else str(v)
+        blob = out.blob()
+        if blob is not None:
+            msg["objects"] = blob
+            msg["grads"] = out.grads()
+        if op == "call":                             # 全局随机数状态跟着调用走（dropout 之类）
+            msg["rng"] = torch.get_rng_state()
         try:
             send(self.fd, msg)
         except OSError:
@@ -310,6 +402,12 @@ class Referee:
             if reply["op"] != "rcall":
                 break
             self.answer(reply)               # 学生的函数调用了裁判交给它的函数
+        rng = reply.get("rng")
+        if op == "call" and isinstance(rng, torch.Tensor) and rng.dtype == torch.uint8 \
+                and rng.shape == msg["rng"].shape:
+            torch.set_rng_state(rng)
+        if "state" in reply and blob is not None:
+            write_back(out.objects, from_worker(reply["state"], self), self)
         if reply["op"] == "ok":
             return from_worker(reply.get("value"), self)
         if reply["op"] == "err" and type(reply.get("error")) is dict:
@@ -331,7 +429,11 @@ class Referee:
             raise Breach("rcall 的参数不对")
         try:
             value = self.exported[n](*args)
-            reply = {"op": "ok", "value": to_worker(value, exported=self.exported)}
+            out = Outgoing(self.exported)
+            reply = {"op": "ok", "value": to_worker(value, out)}
+            blob = out.blob()
+            if blob is not None:
+                reply["objects"] = blob
         except (Gone, Breach, StudentTimeout):
             raise
         except Exception as e:  # noqa: BLE001 - 老师的函数出错：照原样告诉学生的函数
