@@ -145,7 +145,7 @@ def test_grading_statuses_are_distinct(graded):
     assert msg["count_pairs"].startswith("还没完成")
     assert subs["2024001"]["exercises"][0] == {"exercise": "count_pairs", "passed": True,
                                                "status": "正确", "message": "正确",
-                                               "judged": "in-process",
+                                               "judged": "referee",
                                                "weight": 2.0, "points": 2.0}
     wrong = {e["exercise"]: e["message"] for e in subs["2024004"]["exercises"]}
     assert "期望结果" in wrong["count_pairs"]
@@ -179,7 +179,7 @@ def test_gradebook_csv_one_row_per_student_with_totals(graded):
     assert body["2024006"][1:3] == ["", ""] and "读不了" in body["2024006"][-1]
     long = list(csv.reader(io.StringIO((d / "long.csv").read_text(encoding="utf-8-sig"))))
     assert long[0][:6] == ["学号", "姓名", "笔记本", "章节", "练习", "结果"]
-    assert long[0][-1] == "判决" and {r[-1] for r in long[1:] if r[4]} == {"同进程", "未运行"}
+    assert long[0][-1] == "判决" and {r[-1] for r in long[1:] if r[4]} == {"裁判进程", "未运行"}
     assert len(long) == 1 + 5 * 2 + 1
     assert all("\n" not in c for r in long for c in r)
 

@@ -17,6 +17,7 @@ from gptcourse.classroom import sandbox
 from gptcourse.classroom.__main__ import main
 from gptcourse.classroom.grade import (
     GRADE_ID,
+    IN_SANDBOX,
     REFERENCE,
     GradingError,
     build_spec,
@@ -107,8 +108,25 @@ def test_each_teacher_edition_scores_full_marks_and_each_student_edition_zero(tm
         wrong = {e["exercise"]: e["message"] for e in teacher["exercises"] if not e["passed"]}
         assert wrong == {} and teacher["error"] is None, (num, wrong, teacher.get("judge_log"))
         assert teacher["score"] == teacher["total"] == len(names)
+        # 只有 IN_SANDBOX 的题在沙箱里与学生的代码同进程判，其余都由沙箱外的裁判进程判
+        judged = {e["exercise"]: e["judged"] for e in teacher["exercises"]}
+        assert judged == {n: "in-process" if n in IN_SANDBOX.get(f"nb{num}", ()) else "referee"
+                          for n in names}, (num, judged)
         assert student["score"] == 0 and student["total"] == len(names)
         assert {e["status"] for e in student["exercises"]} == {"未作答"}
+
+
+def test_in_sandbox_names_real_exercises_and_the_guide_lists_them():
+    """IN_SANDBOX（判决标 in-process 的题）里每个名字都是那一章的练习；教师指南逐个列出它们。"""
+    from gptcourse.runtime import ROOT
+    guide = (ROOT / "docs" / "teaching_guide.md").read_text(encoding="utf-8")
+    section = guide[guide.index("**伪造成绩：保证什么"):guide.index("没有 bubblewrap 的系统")]
+    for chapter, names in IN_SANDBOX.items():
+        known = set(exercise_names(chapter))
+        assert names <= known, (chapter, names - known)
+        for name in names:
+            assert f"`{name}`" in section, name
+    assert set(IN_SANDBOX) <= {f"nb{n}" for n in CHAPTERS}
 
 
 def test_the_guides_points_table_comes_from_exercises():

@@ -231,6 +231,50 @@ _ = len(0)"""
 FORGE_PATCH_RECORD = """\
 import gptcourse.check._common as _c
 _c._record = lambda *a, **kw: True"""
+FORGE_RESULTS = """\
+import gptcourse.check._common as _c
+_c.RESULTS = {"nb01." + n: {"key": "nb01." + n, "chapter": "nb01", "exercise": n,
+                            "passed": True, "message": "正确"}
+              for n in ("count_pairs", "merge_pair")}"""
+# 任何继承来的文件描述符上都写伪造的行（包括裁判的套接字）
+FORGE_FDS = """\
+import json, os
+for fd in sorted(int(f) for f in os.listdir("/proc/self/fd")):
+    for n in ("count_pairs", "merge_pair"):
+        line = {"exercise": n, "passed": True, "status": "正确", "message": "正确"}
+        try:
+            os.write(fd, ("0" * 64 + " " + json.dumps(line) + "\\n").encode())
+        except OSError:
+            pass"""
+# 合乎协议的伪造：找到工作进程自己发帧的函数，替裁判发一条“正确”的判决
+FORGE_PROTOCOL = """\
+import gc as _gc
+for o in _gc.get_objects():
+    if type(o).__name__ == "_Worker":
+        for n in ("count_pairs", "merge_pair"):
+            o.send({"op": "verdict", "exercise": n, "passed": True, "status": "正确",
+                    "message": "正确"})"""
+# 找签名用的密钥（以前裁判在内存里有一把）：现在工作进程里没有任何密钥
+FORGE_KEY = """\
+import gc as _gc, os
+found = [o for o in _gc.get_objects() if isinstance(o, dict) and isinstance(o.get("key"), str)
+         and len(o["key"]) == 64]
+found += [v for k, v in os.environ.items() if "KEY" in k.upper()]
+found += [p for p in os.listdir(".") if p.endswith(".json")]
+if found:
+    return {(1, 2): 2, (2, 3): 1, (3, 1): 1}"""
+# 返回一个 __eq__ 永远为真的对象（第 2 题；第 1 题没做）
+FORGE_EQ = """\
+def merge_pair(ids, pair, idx):
+    class Equal:
+        def __eq__(self, other):
+            return True
+
+        def __ne__(self, other):
+            return False
+
+        __hash__ = object.__hash__
+    return Equal()"""
 
 
 def _body_forge(code: str) -> str:
@@ -253,7 +297,7 @@ def _tree_digest(root: Path) -> str:
 
 def _survivors(scratch: Path) -> list[str]:
     """本测试自己启动的进程里还活着的：恶意作业留下的 sleep <MARKER>，或 spec 放在本测试的
-    临时目录（scratch）下的裁判。别的会话同时在评分，它们的进程不算。"""
+    临时目录（scratch）下的工作进程和裁判进程。别的会话同时在评分，它们的进程不算。"""
     found = []
     for p in Path("/proc").glob("[0-9]*"):
         try:
@@ -261,7 +305,7 @@ def _survivors(scratch: Path) -> list[str]:
         except OSError:
             continue
         mine = cmd[:2] == [b"sleep", MARKER.encode()] or (
-            b"gptcourse.classroom.judge" in cmd
+            (b"gptcourse.classroom.judge" in cmd or b"gptcourse.classroom.referee" in cmd)
             and any(a.startswith(str(scratch).encode()) for a in cmd))
         if mine:
             found.append(f"{p.name}: {b' '.join(cmd).decode(errors='replace')}")
@@ -288,7 +332,9 @@ def hostile_class(tmp_path_factory):
               "A14body": ("body", FORGE_REPLACE), "A15cell": ("extra", FORGE_MARKER),
               "A15chan": ("chan", FORGE_CHANNEL), "H2pipe": ("body", FORGE_PIPE),
               "H2frames": ("body", FORGE_FRAMES), "H2len": ("chan", FORGE_LEN),
-              "H2record": ("body", FORGE_PATCH_RECORD)}
+              "H2record": ("body", FORGE_PATCH_RECORD), "H2results": ("body", FORGE_RESULTS),
+              "H2fds": ("body", FORGE_FDS), "H2proto": ("body", FORGE_PROTOCOL),
+              "H2key": ("body", FORGE_KEY), "H2eq": ("merge", FORGE_EQ)}
     for i, (case, (where, code)) in enumerate(forged.items()):
         nb = student_notebook(teacher_nb())
         if where == "extra":
@@ -298,6 +344,8 @@ def hostile_class(tmp_path_factory):
             nb.cells[2].source = code + "\n\n" + nb.cells[2].source
         elif where == "body":
             nb.cells[2].source = _body_forge(code)
+        elif where == "merge":
+            nb.cells[4].source = code
         else:
             nb.cells[2].source = code
         subs[f"41{i:02d}_{case}"] = nb
@@ -352,14 +400,16 @@ def test_forged_submissions_score_zero(hostile_class, case):
     assert {e["status"] for e in r["exercises"]} == {"未作答"}
 
 
-@pytest.mark.parametrize("case", ["A15chan", "H2pipe"])
+@pytest.mark.parametrize("case", ["A15chan", "H2pipe", "H2fds", "H2proto"])
 def test_lines_forged_on_the_judges_pipe_zero_the_submission(hostile_class, case):
-    """写进裁判管道的行没有裁判的签名：整份作业 0 分，备注说疑似伪造（以前 蒋六 20/20）。"""
+    """写进裁判套接字（或任何继承来的文件描述符）的行不合协议，或是合乎格式却不该由工作进程
+    发的判决：整份作业 0 分，备注说疑似伪造（以前 蒋六 20/20）。判决只由沙箱外的裁判进程写在
+    它自己的标准输出上，工作进程碰不到。"""
     r = hostile_class["by"][case]
     assert r["score"] == 0 and "疑似伪造" in r["error"], r
 
 
-@pytest.mark.parametrize("case", ["A14body", "H2frames", "H2record"])
+@pytest.mark.parametrize("case", ["A14body", "H2frames", "H2record", "H2results"])
 def test_tampering_during_a_check_zeroes_that_exercise_with_a_note(hostile_class, case):
     """检查中途改检查器模块（A14）、沿调用栈换掉裁判的检查器（沈七，以前 20/20）、改
     ``_common._record``（卫五，以前存根也得 ✓）：那一题 0 分并留下备注，下一题照常用真的检查器。"""
@@ -368,6 +418,31 @@ def test_tampering_during_a_check_zeroes_that_exercise_with_a_note(hostile_class
     status = {e["exercise"]: e["status"] for e in r["exercises"]}
     assert status == {"count_pairs": "出错", "merge_pair": "未作答"}, r
     assert any("疑似伪造" in n for n in r["notes"]), r["notes"]
+
+
+def test_there_is_no_key_to_find(hostile_class):
+    """以前判决行靠一把密钥签名，密钥就在裁判（也就是学生的进程）的内存里。现在工作进程里没有
+    密钥、环境变量里没有、作业目录里也没有 spec：函数找不到任何东西，照样是存根。"""
+    r = hostile_class["by"]["H2key"]
+    assert r["score"] == 0 and r["error"] is None, r
+    assert {e["status"] for e in r["exercises"]} == {"未作答"}
+
+
+def test_an_always_equal_result_is_not_trusted(hostile_class):
+    """返回一个 ``__eq__`` 永远为真的对象：它不是数据，到裁判那里只是一个编号（Proxy），比较时
+    不运行它的 ``__eq__``：那一题 0 分，备注说明。"""
+    r = hostile_class["by"]["H2eq"]
+    assert r["score"] == 0, r
+    status = {e["exercise"]: e["status"] for e in r["exercises"]}
+    assert status == {"count_pairs": "未作答", "merge_pair": "答案不对"}, r
+    assert any("merge_pair" in n and "不调用它的 __eq__" in n for n in r["notes"]), r["notes"]
+
+
+def test_every_verdict_comes_from_the_referee(hostile_class):
+    """这个班运行过的每一道题都由沙箱外的裁判进程判（JSON 里 judged = referee；空白作业不运行）。"""
+    judged = {n: {e["judged"] for e in r["exercises"]} for n, r in hostile_class["by"].items()}
+    assert judged.pop("空白") == {"not-run"}
+    assert set().union(*judged.values()) == {"referee"}
 
 
 def test_shadowing_a_builtin_runs_nothing_at_definition_time(hostile_class):

@@ -1,4 +1,5 @@
-"""全班自动评分：每份作业在沙箱里由一个“裁判”进程重新判一遍，学生的代码碰不到判决。
+"""全班自动评分：每份作业重新判一遍——学生的代码在沙箱里的工作进程里运行，判决由沙箱外的裁判
+进程得出，学生的代码碰不到检查器和判决。
 
 流程（一份作业）：
 
@@ -8,12 +9,14 @@
    作业里 ``grade_id`` 相同的单元格，学生另加（或改过）的代码单元格放在它前面最近的练习之后；
    两者都只取其中的定义（``judge.sanitize``，改绑内置函数的定义被拒绝）；作业里删掉的练习保留
    存根（计“未作答”）；一个字没写的作业不运行，每题“未作答”；
-3. 在沙箱（``sandbox.py``）里运行 ``judge.py``：它自己调用检查器，每判完一题就往一个管道里写一行
-   （带签名，密钥只经 spec 文件交给裁判）；学生的代码累计运行超过 ``cell_timeout`` 秒就中断，
+3. 在沙箱外启动裁判进程（``referee.py``，持有检查器），在沙箱（``sandbox.py``）里启动工作进程
+   （``judge.py``），两者之间只有一条套接字。工作进程执行单元格；遇到检查，裁判调用检查器，检查器
+   经代理调用工作进程里学生的函数，结果只以数据回来（``IN_SANDBOX`` 里的题例外：检查器在工作
+   进程里运行，判决标 ``in-process``）。学生的代码累计运行超过 ``cell_timeout`` 秒就中断，
    超时的练习只计一次（它定义的函数随即停用）；整份作业超过 ``timeout`` 秒就杀掉整个沙箱，
    没判到的题计“超时”；演示单元格出错、检查中途改动了评分用的对象，都作为说明写进备注；
-4. 评分进程核对管道里的每一行（签名、练习名、顺序、不重复）；出现不是裁判写的内容，整份作业
-   记 0 分。
+4. 裁判把判决写在它自己的标准输出上（沙箱碰不到），评分进程读它；套接字上出现不合协议的内容，
+   整份作业记 0 分（疑似伪造）。
 
 ``grade`` 用 ``jobs`` 个线程同时评多份作业（每份一个沙箱），每评完一份就回调 ``on_result``，
 所以评分中途被杀也不会丢掉已经评完的成绩。成绩表、CSV 与权重见 ``gradebook.py``。
@@ -21,12 +24,15 @@
 from __future__ import annotations
 
 import ast
-import hmac
 import importlib
+import io
 import json
 import os
 import re
+import resource
 import shutil
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -41,12 +47,26 @@ import nbformat
 from ..errors import UserError
 from ..runtime import ROOT
 from . import sandbox
-from .judge import sanitize, sign
+from .judge import sanitize
 
 GRADE_ID = re.compile(r"^(nb0[1-5])-(.+)-check$")
 STATUSES = ("正确", "答案不对", "未作答", "出错", "超时")
 REFERENCE = ROOT / "notebooks"
 NAME_RULE = "<学号>_<姓名>.ipynb"
+# 检查器必须拿着活的对象、不能经裁判进程代理的练习：检查器在沙箱里与学生的代码同一个进程里运行，
+# 判决标为 in-process（见 referee.py）。其余练习都由沙箱外的裁判进程判——包括改动模型和优化器的
+# 03 train_step、accumulate_grads、titled_step：工作进程把改动后的参数、梯度、优化器状态和全局
+# 随机数状态发回裁判，裁判写回它自己的对象（``referee.write_back``）。不能代理的原因：
+# - 02 的 nn.Module 类（mlp、rmsnorm、attention_module、gpt_model）与 leaky_model：检查器要
+#   ``isinstance(…, nn.Module)``，gpt_model 还要核对输出头与词嵌入是**同一个**张量（权重共享）；
+# - 03 cross_entropy：检查器要读函数的源代码、在调用时把 F.cross_entropy 换成“探子”（不许调用它）；
+# - 03 param_groups：按参数对象的 ``id`` 核对分组；estimate_loss、training_loop：在模型上挂前向
+#   钩子，记下 training 模式和是否记录梯度；aux_loss：返回的损失要能反向传播到学生的模型。
+IN_SANDBOX: dict[str, frozenset[str]] = {
+    "nb02": frozenset({"mlp", "rmsnorm", "attention_module", "gpt_model", "leaky_model"}),
+    "nb03": frozenset({"cross_entropy", "param_groups", "estimate_loss", "training_loop",
+                       "aux_loss"}),
+}
 
 
 class GradingError(UserError):
@@ -338,86 +358,112 @@ def _env(scratch: Path) -> dict:
             "MKL_NUM_THREADS": "1", "TMPDIR": "/tmp"}
 
 
-def _read_channel(fd: int, sink: list[str]) -> None:
-    with os.fdopen(fd, "r", encoding="utf-8", errors="replace") as f:
+def _read_lines(f, sink: list[str]) -> None:
+    with f:
         for line in f:
             if len(sink) < 1000:
                 sink.append(line.rstrip("\n"))
 
 
-def _collect(lines: list[str], expected: list[str], key: bytes
-             ) -> tuple[dict[str, dict], bool, bool, list[str]]:
-    """核对裁判写来的行 → (练习 → 判决, 是否写完, 是否被篡改, 说明)。
-
-    每行是 ``<签名> <内容>``，签名用只有裁判知道的 key 算出；签名不对、顺序不对、重复、格式
-    不对，都算篡改。"""
+def _collect(lines: list[str], expected: list[str]
+             ) -> tuple[dict[str, dict], bool, str | None, list[str]]:
+    """读裁判进程写来的行（它在沙箱外，学生的代码碰不到它的输出）
+    → (练习 → 判决, 是否写完, 伪造的说明或 None, 说明)。"""
     verdicts: dict[str, dict] = {}
     notes: list[str] = []
-    done = tampered = False
-    for raw in lines:
-        mac, _, line = raw.partition(" ")
-        if not hmac.compare_digest(mac, sign(key, line)) or done:
-            tampered = True
-            break
-        if line == "DONE":
-            done = True
-            continue
+    done, forged = False, None
+    for line in lines:
         try:
             v = json.loads(line)
-            if isinstance(v, dict) and set(v) == {"note"} and isinstance(v["note"], str):
-                if len(notes) < 20:
-                    notes.append(v["note"][:300])
-                continue
-            ex = v["exercise"]
-            ok = (isinstance(v, dict) and ex in expected and ex not in verdicts
-                  and expected.index(ex) == len(verdicts) and isinstance(v["passed"], bool)
-                  and v["status"] in STATUSES and isinstance(v["message"], str)
-                  and (v["status"] == "正确") == v["passed"])
-        except (ValueError, KeyError, TypeError):
-            ok = False
-        if not ok:
-            tampered = True
-            break
-        verdicts[ex] = {"passed": v["passed"], "status": v["status"],
-                        "message": v["message"][:400]}
-    return verdicts, done, tampered, notes
+        except ValueError:
+            continue
+        if not isinstance(v, dict):
+            continue
+        if "note" in v:
+            if len(notes) < 20:
+                notes.append(str(v["note"])[:300])
+        elif "forged" in v:
+            forged = str(v["forged"])
+        elif v.get("done") is True:
+            done = True
+        elif v.get("exercise") in expected and v["exercise"] not in verdicts:
+            verdicts[v["exercise"]] = {"passed": v["passed"] is True, "status": v["status"],
+                                       "message": str(v["message"])[:400],
+                                       "judged": v.get("judged", "referee")}
+    return verdicts, done, forged, notes
 
 
-FORGED = "评分通道里出现了不是裁判写的内容（疑似伪造成绩）：整份作业记 0 分"
+FORGED = "评分通道里出现了不是协议的内容（疑似伪造成绩）：整份作业记 0 分"
 
 
 def _judge(spec: dict, opts: Options) -> tuple[dict[str, dict], str | None, list[str]]:
+    """一份作业：裁判进程（沙箱外，持有检查器）+ 工作进程（沙箱里，运行学生的代码），
+    两者之间只有一条套接字。"""
     scratch = Path(tempfile.mkdtemp(prefix="gptcourse-grade-"))
-    key = os.urandom(32)
+    private = Path(tempfile.mkdtemp(prefix="gptcourse-referee-"))   # 只有裁判进程用，沙箱里看不到
+    full = {**spec, "in_sandbox": sorted(IN_SANDBOX.get(spec["chapter"], ()))}
+    log = scratch.parent / f"{scratch.name}.log"
+    referee = None
     try:
-        (scratch / "spec.json").write_text(json.dumps({**spec, "key": key.hex()},
-                                                      ensure_ascii=False), encoding="utf-8")
+        text = json.dumps(full, ensure_ascii=False)
+        (scratch / "spec.json").write_text(text, encoding="utf-8")
         os.chmod(scratch / "spec.json", 0o644)
-        r, w = os.pipe()
+        (private / "spec.json").write_text(text, encoding="utf-8")
+        mine, theirs = socket.socketpair()
         lines: list[str] = []
-        reader = threading.Thread(target=_read_channel, args=(r, lines), daemon=True)
+        # 裁判的环境里没有一个路径是沙箱能写的（HOME、matplotlib 的配置目录都在 private 里），
+        # -s：不读用户目录里的 site-packages
+        env = {**_env(private), "PYTHONPATH": str(ROOT)}
+        with open(private / "log.txt", "wb") as err:
+            referee = subprocess.Popen(
+                [sys.executable, "-s", "-m", "gptcourse.classroom.referee",
+                 str(private / "spec.json"), str(mine.fileno())],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, env=env,
+                pass_fds=(mine.fileno(),), cwd=ROOT, preexec_fn=_referee_limits(opts.limits))
+        mine.close()
+        reader = threading.Thread(target=_read_lines,
+                                  args=(io.TextIOWrapper(referee.stdout, encoding="utf-8",
+                                                         errors="replace"), lines), daemon=True)
         reader.start()
         argv = [sys.executable, "-m", "gptcourse.classroom.judge", str(scratch / "spec.json"),
-                str(w)]
+                str(theirs.fileno())]
         try:
             out = sandbox.run(argv, scratch=scratch, timeout=opts.timeout, limits=opts.limits,
-                              env=_env(scratch), pass_fds=(w,), hide=list(opts.hide),
-                              sealed=opts.sealed, log=scratch.parent / f"{scratch.name}.log")
+                              env=_env(scratch), pass_fds=(theirs.fileno(),),
+                              hide=list(opts.hide), sealed=opts.sealed, log=log)
         finally:
-            os.close(w)
+            theirs.close()
+        try:
+            referee.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            referee.kill()
+            referee.wait()
         reader.join(timeout=10)
-        (scratch.parent / f"{scratch.name}.log").unlink(missing_ok=True)
-        spec["log"] = out.log_tail
+        log.unlink(missing_ok=True)
+        spec["log"] = out.log_tail + (private / "log.txt").read_bytes()[-2000:].decode(
+            "utf-8", "replace")
     finally:
+        if referee is not None and referee.poll() is None:
+            referee.kill()
+            referee.wait()
         shutil.rmtree(scratch, ignore_errors=True)
-    verdicts, done, tampered, notes = _collect(lines, spec["order"], key)   # 按笔记本的顺序写
-    if tampered:
+        shutil.rmtree(private, ignore_errors=True)
+    verdicts, done, forged, notes = _collect(lines, spec["order"])
+    if forged is not None:
         return {}, FORGED, notes
     if out.returncode is None:
         return verdicts, f"整份作业超过 {opts.timeout:g} 秒，已停止", notes
     if not done:
         return verdicts, f"作业的进程意外退出（返回码 {out.returncode}），没判到的题记 0 分", notes
     return verdicts, None, notes
+
+
+def _referee_limits(limits: sandbox.Limits):
+    """裁判进程的限额：只有内存和 CPU（它只运行老师的检查器，读的都是数据）。"""
+    def apply() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limits.memory, limits.memory))
+        resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu, limits.cpu))
+    return apply
 
 
 def grade_one(path: Path, opts: Options | None = None) -> Submission:
@@ -456,8 +502,11 @@ def grade_one(path: Path, opts: Options | None = None) -> Submission:
             timed_out = sub.error and sub.error.startswith("整份作业超过")
             v = {"passed": False, "status": "超时" if timed_out else "出错",
                  "message": ("超时：" if timed_out else "出错：") + (sub.error or "没有判到这一题")}
-        # 判决是在与学生代码同一个进程里得出的（检查器直接调用学生的函数；见 judge.py 的说明）
-        sub.exercises.append({"exercise": name, **v, "judged": "in-process"})
+        # judged：referee = 裁判进程（沙箱外）调用检查器；in-process = 检查器在沙箱里、与学生的
+        # 代码同一个进程（IN_SANDBOX 的题）
+        v.setdefault("judged", "in-process" if name in IN_SANDBOX.get(sub.chapter, ())
+                     else "referee")
+        sub.exercises.append({"exercise": name, **v})
     sub.seconds = time.monotonic() - start
     return sub
 

@@ -30,9 +30,10 @@ from .grade import Submission
 
 KIND_WEIGHTS = {"predict": 1.0, "build": 2.0}
 KIND_NAMES = {"predict": "预测题", "build": "编程题"}
-# 判决是怎样得出的：in-process = 裁判在与学生代码同一个进程里调用检查器；
+# 判决是怎样得出的：referee = 沙箱外的裁判进程调用检查器（学生的函数经代理调用）；
+# in-process = 检查器在沙箱里与学生的代码同一个进程（grade.IN_SANDBOX 的题）；
 # not-run = 一个字没写，没有运行
-JUDGED = {"in-process": "同进程", "not-run": "未运行"}
+JUDGED = {"referee": "裁判进程", "in-process": "同进程", "not-run": "未运行"}
 MARKS = {"正确": "✓", "答案不对": "✗", "未作答": "·", "出错": "!", "超时": "T"}
 Weights = dict[str, dict[str, float]]
 
