@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 from .errors import UserError
+from .model import eval_mode
 from .rope import apply_rope
 
 CACHE_ENV = "GPTCOURSE_INDUCTOR_CACHE"      # inductor 磁盘缓存的位置（默认见 inductor_cache_dir）
@@ -56,11 +57,22 @@ def inductor_cache_dir() -> Path:
 
 def use_inductor_cache(path: Path | str | None = None) -> Path:
     """让 inductor 把编译结果放在 ``path``（默认 :func:`inductor_cache_dir`）。用户自己设了
-    ``TORCHINDUCTOR_CACHE_DIR`` 时尊重它、不改。返回实际用的目录。"""
+    ``TORCHINDUCTOR_CACHE_DIR`` 时尊重它、不改。返回实际用的目录。
+
+    目录建不了（没有权限、路径上有同名文件、``/proc`` 之类）→ UserError，说出路径和原因，
+    什么都不改（:class:`FastDecoder` 接住它：照样编译，用 torch 自己的默认缓存目录）。"""
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") and path is None:
         return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    path = Path(path) if path is not None else inductor_cache_dir()
-    path.mkdir(parents=True, exist_ok=True)
+    from_env = path is None and bool(os.environ.get(CACHE_ENV))
+    path = Path(path).expanduser() if path is not None else inductor_cache_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        where = f"（环境变量 {CACHE_ENV}）" if from_env else ""
+        raise UserError(f"编译缓存目录 {path}{where} 不能用（{e.strerror or type(e).__name__}）") \
+            from None
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
     try:                                 # inductor 已经导入时，它读的是自己的配置，不再读环境变量
         from torch._inductor import config as inductor_config
@@ -78,6 +90,16 @@ def compiler_available(device: torch.device | str = "cpu") -> tuple[bool, str]:
     if sys.version_info >= (3, 14) and not hasattr(torch, "compiler"):   # pragma: no cover
         return False, "这个 Python 版本上 torch.compile 不可用"
     return True, ""
+
+
+def weights_version(model) -> tuple | None:
+    """模型参数与 buffer 的“版本”：每个张量的 (id, 原地修改计数)。优化器一步、
+    ``load_state_dict``、``mul_`` 都会改变它，换掉参数对象也会。推理模式里建的张量没有修改计数
+    → None（认不出变化）。"""
+    try:
+        return tuple((id(t), t._version) for t in (*model.parameters(), *model.buffers()))
+    except RuntimeError:                    # inference tensors do not track version counter
+        return None
 
 
 # ---------------------------------------------------------------- 形状固定的一步
@@ -107,9 +129,11 @@ class DecodeStep(torch.nn.Module):
         super().__init__()
         param = next(model.parameters())
         self.dtype = dtype or param.dtype
-        if self.dtype != param.dtype:
-            model = copy.deepcopy(model).to(self.dtype)     # 权重转成 bf16 的副本
-        self.model = model.eval()
+        self.copied = self.dtype != param.dtype
+        self.source = weights_version(model)               # 建副本时原模型权重的“版本”
+        if self.copied:
+            model = copy.deepcopy(model).to(self.dtype).eval()   # 权重转成 bf16 的副本
+        self.model = model                  # 不是副本时就是调用者的模型：不改它的 train/eval 模式
         self.register_buffer("slots", torch.arange(model.config.block_size, device=param.device),
                              persistent=False)
 
@@ -167,9 +191,13 @@ class FastDecoder:
             if not ok:
                 self.reason = why + "，改用不编译的快速一步"
             else:
-                use_inductor_cache(cache_dir)
+                note = ""
+                try:
+                    use_inductor_cache(cache_dir)
+                except UserError as e:          # 缓存目录不能用：照样编译，用 torch 的默认目录
+                    note = f"（{e}，用 torch 的默认缓存目录）"
                 self._fn = torch.compile(self.step, fullgraph=True, dynamic=False)
-                self.compiled, self.reason = True, "torch.compile"
+                self.compiled, self.reason = True, "torch.compile" + note
         self._lock = threading.Lock()
         self._warm: set[int] = set()                   # 已经编译好的批大小
 
@@ -193,7 +221,7 @@ class FastDecoder:
         cache.tokens.copy_(column)
         cache.pos.fill_(t)
         args = (cache.tokens, cache.pos, cache.kv)
-        with torch.inference_mode():
+        with torch.inference_mode(), eval_mode(self.step.model):   # 解码总在 eval（无 dropout）
             if self.ready(cache.batch):
                 return self._fn(*args)
             with self._lock:                               # 编译只在一个线程里进行
@@ -221,22 +249,27 @@ _DECODERS_LOCK = threading.Lock()
 def decoder_for(model, dtype: torch.dtype | None = None, compile: bool = True) -> FastDecoder:
     """这个模型的快速解码器（同一个模型、精度与是否编译只建一次，之后一直复用）。
 
-    注意：解码器记住的是建它时的权重（bf16 时是一份副本）；之后改了模型的权重（继续训练），
-    请调用 :func:`forget` 让它重建。"""
+    精度与模型不同时（bf16）解码器用的是权重的一份副本：之后模型的权重变了（继续训练、
+    ``load_state_dict``），这里认得出（:func:`weights_version`）并重建副本，不会悄悄用旧权重。"""
     dtype = dtype or next(model.parameters()).dtype
     with _DECODERS_LOCK:
         per_model = _DECODERS.setdefault(model, {})
         key = (dtype, bool(compile))
-        if key not in per_model:
+        if key not in per_model or _stale(per_model[key], model):
             per_model[key] = FastDecoder(model, dtype, compile)
         return per_model[key]
+
+
+def _stale(decoder: FastDecoder, model) -> bool:
+    """副本（bf16）建好之后，原模型的权重变过。不是副本时解码器用的就是模型自己的权重。"""
+    return decoder.step.copied and decoder.step.source != weights_version(model)
 
 
 def cached_decoder(model, dtype: torch.dtype | None = None) -> FastDecoder | None:
     """已经建好、编译好（批大小 1）的解码器；没有时 None（不会触发编译）。"""
     dtype = dtype or next(model.parameters()).dtype
     d = _DECODERS.get(model, {}).get((dtype, True))
-    return d if d is not None and d.compiled and d.ready(1) else None
+    return d if d is not None and d.compiled and d.ready(1) and not _stale(d, model) else None
 
 
 def forget(model) -> None:
@@ -249,7 +282,12 @@ def warm_up_in_background(model, dtype: torch.dtype | None = None) -> threading.
     """在后台线程里编译这个模型批大小 1 的快速一步（网页演示启动时用）；编译好之前，
     ``compile=None`` 的请求走普通路径。"""
     def work():
-        decoder_for(model, dtype, compile=True).warm_up(1)
+        try:
+            decoder_for(model, dtype, compile=True).warm_up(1)
+        except Exception as e:  # noqa: BLE001 - 后台线程：一行说明，请求照常走普通路径
+            why = " ".join(str(e).split())[:200]
+            print(f"注：后台编译快速解码失败（{type(e).__name__}: {why}），网页演示照常（不编译）",
+                  file=sys.stderr)
     thread = threading.Thread(target=work, name="gptcourse-compile", daemon=True)
     thread.start()
     return thread
