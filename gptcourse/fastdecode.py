@@ -102,6 +102,22 @@ def weights_version(model) -> tuple | None:
         return None
 
 
+def prime_inductor() -> bool:
+    """先做掉 inductor 第一次编译时的那次 ``torch.fx.symbolic_trace``（结果缓存在进程里）。
+
+    ``symbolic_trace`` 进行时会**全局**替换 ``nn.Module.__call__``：那一瞬间，别的线程里任何模块的
+    调用都会失败（``NameError: module is not installed as a submodule``）。网页演示在后台线程里
+    编译，同时别的线程在回答请求（教学路径调用模型）：偶尔一个请求得到 500。在开始后台编译
+    之前、还没有别的线程时调用这里，之后的编译不再 trace。返回做没做（别的 torch 版本没有
+    这个内部函数时 False，什么都不做）。"""
+    try:
+        from torch._inductor.loop_body import InterpreterShim
+        InterpreterShim._dummy_gm()
+        return True
+    except Exception:  # noqa: BLE001 - 内部接口，版本不同时没有
+        return False
+
+
 # ---------------------------------------------------------------- 形状固定的一步
 class StaticCache:
     """一批的 KV 缓存：每层一块 K、一块 V [B, H, S_max, D]，一次分配、清零（掩码挡掉的格子
@@ -196,6 +212,7 @@ class FastDecoder:
                     use_inductor_cache(cache_dir)
                 except UserError as e:          # 缓存目录不能用：照样编译，用 torch 的默认目录
                     note = f"（{e}，用 torch 的默认缓存目录）"
+                prime_inductor()                # 别的线程同时调用模型也不出错（见该函数）
                 self._fn = torch.compile(self.step, fullgraph=True, dynamic=False)
                 self.compiled, self.reason = True, "torch.compile" + note
         self._lock = threading.Lock()
@@ -288,6 +305,7 @@ def warm_up_in_background(model, dtype: torch.dtype | None = None) -> threading.
             why = " ".join(str(e).split())[:200]
             print(f"注：后台编译快速解码失败（{type(e).__name__}: {why}），网页演示照常（不编译）",
                   file=sys.stderr)
+    prime_inductor()                    # 在这个线程里、请求开始之前（见 prime_inductor）
     thread = threading.Thread(target=work, name="gptcourse-compile", daemon=True)
     thread.start()
     return thread

@@ -205,6 +205,35 @@ def test_C1_a_failing_background_compile_is_one_line_not_a_traceback(tok, monkey
     assert err.startswith("注：后台编译快速解码失败（OSError") and "网页演示照常" in err
 
 
+def test_CC3_N28_background_compile_does_its_fx_trace_before_requests_start(tok, monkeypatch):
+    """第 3 轮的 server_new.py 重跑时 N28 得了 500：后台编译里 inductor 第一次 symbolic_trace，
+    全局替换了 nn.Module.__call__，同一瞬间请求线程里的模型调用 NameError。现在那次 trace
+    在开始后台线程之前、在调用者的线程里做掉（缓存住，编译时不再 trace）。"""
+    shim = pytest.importorskip("torch._inductor.loop_body").InterpreterShim
+    shim._dummy_gm.cache_clear()
+    monkeypatch.setattr(fastdecode, "decoder_for", lambda *a, **k: None)   # 不真的编译
+    fastdecode.warm_up_in_background(tiny(tok)).join(30)
+    assert shim._dummy_gm.cache_info().currsize == 1
+    model, x = tiny(tok), torch.zeros(1, 4, dtype=torch.long)
+    import threading
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_identity(v):                    # 在 symbolic_trace 里停住：模拟那一瞬间
+        inside.set()
+        release.wait(10)
+        return v
+    t = threading.Thread(target=torch.fx.symbolic_trace, args=(slow_identity,))
+    t.start()
+    inside.wait(10)
+    try:
+        with pytest.raises(NameError, match="not installed as a submodule"):
+            model(x)                         # 机理：trace 进行时别的线程调用模块会失败
+    finally:
+        release.set()
+        t.join(10)
+    model(x)
+
+
 # ================================================================ E：rhyme_study.py
 def _rhyme_study():
     path = ROOT / "scripts" / "rhyme_study.py"
