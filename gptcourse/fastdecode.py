@@ -25,7 +25,6 @@ import shutil
 import sys
 import threading
 import time
-import weakref
 from pathlib import Path
 
 import torch
@@ -258,9 +257,34 @@ class FastDecoder:
 
 
 # ---------------------------------------------------------------- 每个模型一份
-# 模型 → {(dtype, 是否编译): 解码器}
-_DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# 解码器挂在模型自己身上：{(dtype, 是否编译): 解码器}。不用以模型为键的 WeakKeyDictionary：
+# fp32 的解码器引用着模型本身（它的各层就是解码器的各层），值引用键，键就永远不会被回收
+# （循环里建模型、compile=True 生成，每个模型都留在内存里）。挂在模型上是一个普通的引用环，
+# 模型不用了就一起被回收；复制（deepcopy）、序列化模型时这张表不跟着走。
+_ATTR = "_gptcourse_fast_decoders"
 _DECODERS_LOCK = threading.Lock()
+
+
+class _Decoders(dict):
+    """一个模型的解码器表。复制或序列化模型时得到一张空表：副本要用自己的权重建解码器。"""
+
+    def __deepcopy__(self, memo):
+        return _Decoders()
+
+    def __copy__(self):
+        return _Decoders()
+
+    def __reduce__(self):
+        return (_Decoders, ())
+
+
+def _table(model, create: bool = False) -> dict:
+    table = model.__dict__.get(_ATTR)
+    if table is None:
+        table = _Decoders()
+        if create:
+            object.__setattr__(model, _ATTR, table)      # 普通属性，不是子模块、不进 state_dict
+    return table
 
 
 def decoder_for(model, dtype: torch.dtype | None = None, compile: bool = True) -> FastDecoder:
@@ -270,7 +294,7 @@ def decoder_for(model, dtype: torch.dtype | None = None, compile: bool = True) -
     ``load_state_dict``），这里认得出（:func:`weights_version`）并重建副本，不会悄悄用旧权重。"""
     dtype = dtype or next(model.parameters()).dtype
     with _DECODERS_LOCK:
-        per_model = _DECODERS.setdefault(model, {})
+        per_model = _table(model, create=True)
         key = (dtype, bool(compile))
         if key not in per_model or _stale(per_model[key], model):
             per_model[key] = FastDecoder(model, dtype, compile)
@@ -285,14 +309,14 @@ def _stale(decoder: FastDecoder, model) -> bool:
 def cached_decoder(model, dtype: torch.dtype | None = None) -> FastDecoder | None:
     """已经建好、编译好（批大小 1）的解码器；没有时 None（不会触发编译）。"""
     dtype = dtype or next(model.parameters()).dtype
-    d = _DECODERS.get(model, {}).get((dtype, True))
+    d = _table(model).get((dtype, True))
     return d if d is not None and d.compiled and d.ready(1) and not _stale(d, model) else None
 
 
 def forget(model) -> None:
     """丢掉这个模型的快速解码器（权重变了之后调用）。"""
     with _DECODERS_LOCK:
-        _DECODERS.pop(model, None)
+        model.__dict__.pop(_ATTR, None)
 
 
 def warm_up_in_background(model, dtype: torch.dtype | None = None) -> threading.Thread:

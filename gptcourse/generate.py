@@ -106,7 +106,7 @@ class VerseSpec:
     def __post_init__(self):
         if self.title is not None:
             object.__setattr__(self, "title", check_title(self.title))
-        if self.form is not None and self.form not in FORMS:
+        if self.form is not None and (not isinstance(self.form, str) or self.form not in FORMS):
             raise UserError(f"未知的诗体 {self.form!r}；可选：{'、'.join(FORMS)}")
         for name in ("acrostic", "rhyme_group"):
             v = getattr(self, name)

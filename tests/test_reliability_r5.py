@@ -134,6 +134,14 @@ def test_B4_an_unhashable_precision_is_a_user_error(tok, precision):
         generate(tiny(tok), tok, "春", precision=precision, **KW)
 
 
+@pytest.mark.parametrize("form", [["五绝"], {"五绝": 1}, 5])
+def test_S17_an_unhashable_or_non_string_form_is_a_user_error(form):
+    """第 3 轮 lib_cases.py 的 S17（重跑时唯一的 raw）：VerseSpec(form=['五绝']) 是 TypeError。"""
+    from gptcourse.generate import VerseSpec
+    with pytest.raises(UserError, match="未知的诗体"):
+        VerseSpec(form=form)
+
+
 def test_B27_the_fast_step_leaves_the_callers_training_mode_alone(tok):
     model = tiny(tok, dropout=0.5, attn_dropout=0.5, resid_dropout=0.5).train()
     d = fastdecode.FastDecoder(model, None, compile=False)
@@ -192,6 +200,27 @@ def test_B38_an_explicit_unusable_cache_dir_is_a_user_error(monkeypatch):
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
     with pytest.raises(UserError, match="编译缓存目录 /proc/nope 不能用"):
         fastdecode.use_inductor_cache("/proc/nope")
+
+
+@pytest.mark.parametrize("dtype, compiled", [(torch.float32, True), (torch.float32, False),
+                                             (torch.bfloat16, False)])
+def test_B41_a_model_with_a_fast_decoder_is_freed_when_dropped(tok, monkeypatch, dtype,
+                                                               compiled):
+    """以前解码器放在以模型为键的 WeakKeyDictionary 里，fp32 的解码器又引用着模型：
+    键永远不死，循环里每个 compile=True 生成过的模型都留在内存里。"""
+    import copy
+    import gc
+    import weakref
+    monkeypatch.setattr(torch, "compile", lambda fn, **k: fn)
+    model = tiny(tok)
+    d = fastdecode.decoder_for(model, dtype, compiled)
+    assert fastdecode.decoder_for(model, dtype, compiled) is d                 # 仍然只建一次
+    twin = copy.deepcopy(model)                                                # 副本不带走解码器
+    assert fastdecode.decoder_for(twin, dtype, compiled) is not d
+    alive = weakref.ref(model)
+    del model, d, twin
+    gc.collect()
+    assert alive() is None
 
 
 # ================================================================ C：网页服务

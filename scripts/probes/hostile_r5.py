@@ -534,6 +534,23 @@ def part_b():
          lambda: _env_call("GPTCOURSE_INDUCTOR_CACHE", "~/x", fastdecode.inductor_cache_dir),
          returns(lambda r: "~" not in str(r), show=str))
 
+    def freed():
+        import gc as gcmod
+        import weakref
+        out_ = []
+        for dtype, comp in ((torch.float32, True), (torch.bfloat16, False)):
+            a = tiny(seed=8)
+            with _fake_compile():
+                fastdecode.decoder_for(a, dtype, comp)
+            r = weakref.ref(a)
+            del a
+            gcmod.collect()
+            out_.append(r() is None)
+        return out_
+    case("B41", S, "建过快速解码器（fp32 编译 / bf16）的模型，del 之后 gc.collect()",
+         "模型被回收（循环里建模型、compile=True 生成时内存不涨）", freed,
+         returns(lambda r: all(r), show=lambda r: f"fp32 编译 回收={r[0]}，bf16 回收={r[1]}"))
+
     # 真的编译一次（小模型）：缓存的 == 不缓存的（fp32 贪心）
     def real_compile():
         a = tiny(seed=6)
