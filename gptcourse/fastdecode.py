@@ -27,13 +27,13 @@ import shutil
 import sys
 import threading
 import time
-import weakref
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from .errors import UserError
+from .model import eval_mode
 from .rope import apply_rope
 
 CACHE_ENV = "GPTCOURSE_INDUCTOR_CACHE"      # inductor 磁盘缓存的位置（默认见 inductor_cache_dir）
@@ -58,11 +58,22 @@ def inductor_cache_dir() -> Path:
 
 def use_inductor_cache(path: Path | str | None = None) -> Path:
     """让 inductor 把编译结果放在 ``path``（默认 :func:`inductor_cache_dir`）。用户自己设了
-    ``TORCHINDUCTOR_CACHE_DIR`` 时尊重它、不改。返回实际用的目录。"""
+    ``TORCHINDUCTOR_CACHE_DIR`` 时尊重它、不改。返回实际用的目录。
+
+    目录建不了（没有权限、路径上有同名文件、``/proc`` 之类）→ UserError，说出路径和原因，
+    什么都不改（:class:`FastDecoder` 接住它：照样编译，用 torch 自己的默认缓存目录）。"""
     if os.environ.get("TORCHINDUCTOR_CACHE_DIR") and path is None:
         return Path(os.environ["TORCHINDUCTOR_CACHE_DIR"])
-    path = Path(path) if path is not None else inductor_cache_dir()
-    path.mkdir(parents=True, exist_ok=True)
+    from_env = path is None and bool(os.environ.get(CACHE_ENV))
+    path = Path(path).expanduser() if path is not None else inductor_cache_dir()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(13, "Permission denied")
+    except OSError as e:
+        where = f"（环境变量 {CACHE_ENV}）" if from_env else ""
+        raise UserError(f"编译缓存目录 {path}{where} 不能用（{e.strerror or type(e).__name__}）") \
+            from None
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
     try:                                 # inductor 已经导入时，它读的是自己的配置，不再读环境变量
         from torch._inductor import config as inductor_config
@@ -80,6 +91,32 @@ def compiler_available(device: torch.device | str = "cpu") -> tuple[bool, str]:
     if sys.version_info >= (3, 14) and not hasattr(torch, "compiler"):   # pragma: no cover
         return False, "这个 Python 版本上 torch.compile 不可用"
     return True, ""
+
+
+def weights_version(model) -> tuple | None:
+    """模型参数与 buffer 的“版本”：每个张量的 (id, 原地修改计数)。优化器一步、
+    ``load_state_dict``、``mul_`` 都会改变它，换掉参数对象也会。推理模式里建的张量没有修改计数
+    → None（认不出变化）。"""
+    try:
+        return tuple((id(t), t._version) for t in (*model.parameters(), *model.buffers()))
+    except RuntimeError:                    # inference tensors do not track version counter
+        return None
+
+
+def prime_inductor() -> bool:
+    """先做掉 inductor 第一次编译时的那次 ``torch.fx.symbolic_trace``（结果缓存在进程里）。
+
+    ``symbolic_trace`` 进行时会**全局**替换 ``nn.Module.__call__``：那一瞬间，别的线程里任何模块的
+    调用都会失败（``NameError: module is not installed as a submodule``）。网页演示在后台线程里
+    编译，同时别的线程在回答请求（教学路径调用模型）：偶尔一个请求得到 500。在开始后台编译
+    之前、还没有别的线程时调用这里，之后的编译不再 trace。返回做没做（别的 torch 版本没有
+    这个内部函数时 False，什么都不做）。"""
+    try:
+        from torch._inductor.loop_body import InterpreterShim
+        InterpreterShim._dummy_gm()
+        return True
+    except Exception:  # noqa: BLE001 - 内部接口，版本不同时没有
+        return False
 
 
 # ---------------------------------------------------------------- 形状固定的一步
@@ -109,14 +146,31 @@ class DecodeStep(torch.nn.Module):
         super().__init__()
         param = next(model.parameters())
         self.dtype = dtype or param.dtype
-        if self.dtype != param.dtype:
-            model = copy.deepcopy(model).to(self.dtype)     # 权重转成 bf16 的副本
-        self.model = model.eval()
+        self.copied = self.dtype != param.dtype
+        self.source = weights_version(model)               # 建副本时原模型权重的“版本”
+        if self.copied:
+            model = copy.deepcopy(model).to(self.dtype).eval()   # 权重转成 bf16 的副本
+        self.model = model                  # 不是副本时就是调用者的模型：不改它的 train/eval 模式
         self.register_buffer("slots", torch.arange(model.config.block_size, device=param.device),
                              persistent=False)
-        # SwiGLU：gate 与 up 拼成一个矩阵 [2·Hd, C]，一次矩阵 × 向量算出两者（拷贝，不改原模型）
-        self.gate_up = [torch.cat([b.mlp.gate.weight, b.mlp.up.weight]).detach()
-                        if b.mlp.swiglu and b.mlp.gate.bias is None else None for b in model.blocks]
+        # SwiGLU：gate 与 up 拼成一个矩阵 [2·Hd, C]，一次矩阵 × 向量算出两者。这是一份拷贝
+        # （buffer，编译好的一步把它当输入读）：原模型的权重变了，refresh() 原地更新它，不必重新编译
+        self.fused = [b.mlp.swiglu and b.mlp.gate.bias is None for b in model.blocks]
+        for i, block in enumerate(model.blocks):
+            if self.fused[i]:
+                self.register_buffer(f"gate_up_{i}", self._gate_up(block.mlp), persistent=False)
+
+    @staticmethod
+    def _gate_up(mlp) -> torch.Tensor:
+        return torch.cat([mlp.gate.weight, mlp.up.weight]).detach().clone()     # [2·Hd, C]
+
+    def refresh(self, model) -> None:
+        """原模型（不是 bf16 副本时）的权重变过：把拼好的 gate_up 原地更新成新权重。"""
+        with torch.inference_mode():       # 拷贝可能是在推理模式里建的
+            for i, block in enumerate(model.blocks):
+                if self.fused[i]:
+                    getattr(self, f"gate_up_{i}").copy_(self._gate_up(block.mlp))
+        self.source = weights_version(model)
 
     def forward(self, tokens: torch.Tensor, pos: torch.Tensor,
                 kv: list[torch.Tensor]) -> torch.Tensor:
@@ -132,7 +186,8 @@ class DecodeStep(torch.nn.Module):
         for i, block in enumerate(m.blocks):
             x = x + self._attend(block.attn, block.norm1(x), rope, see, kv[2 * i],
                                  kv[2 * i + 1], pos)
-            x = x + self._mlp(block.mlp, block.norm2(x), self.gate_up[i])
+            x = x + self._mlp(block.mlp, block.norm2(x),
+                              getattr(self, f"gate_up_{i}") if self.fused[i] else None)
         return m.lm_head(m.norm_f(x))[:, 0].float()                   # [B, V]
 
     @staticmethod
@@ -180,10 +235,15 @@ class FastDecoder:
             if not ok:
                 self.reason = why + "，改用不编译的快速一步"
             else:
-                use_inductor_cache(cache_dir)
+                note = ""
+                try:
+                    use_inductor_cache(cache_dir)
+                except UserError as e:          # 缓存目录不能用：照样编译，用 torch 的默认目录
+                    note = f"（{e}，用 torch 的默认缓存目录）"
+                prime_inductor()                # 别的线程同时调用模型也不出错（见该函数）
                 self._fn = torch.compile(self.step, fullgraph=True, dynamic=False,
                                          options={"cpp_wrapper": True})
-                self.compiled, self.reason = True, "torch.compile"
+                self.compiled, self.reason = True, "torch.compile" + note
         self._lock = threading.Lock()
         self._warm: set[int] = set()                   # 已经编译好的批大小
 
@@ -207,7 +267,7 @@ class FastDecoder:
         cache.tokens.copy_(column)
         cache.pos.fill_(t)
         args = (cache.tokens, cache.pos, cache.kv)
-        with torch.inference_mode():
+        with torch.inference_mode(), eval_mode(self.step.model):   # 解码总在 eval（无 dropout）
             if self.ready(cache.batch):
                 return self._fn(*args)
             with self._lock:                               # 编译只在一个线程里进行
@@ -227,43 +287,85 @@ class FastDecoder:
 
 
 # ---------------------------------------------------------------- 每个模型一份
-# 模型 → {(dtype, 是否编译): 解码器}
-_DECODERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# 解码器挂在模型自己身上：{(dtype, 是否编译): 解码器}。不用以模型为键的 WeakKeyDictionary：
+# fp32 的解码器引用着模型本身（它的各层就是解码器的各层），值引用键，键就永远不会被回收
+# （循环里建模型、compile=True 生成，每个模型都留在内存里）。挂在模型上是一个普通的引用环，
+# 模型不用了就一起被回收；复制（deepcopy）、序列化模型时这张表不跟着走。
+_ATTR = "_gptcourse_fast_decoders"
 _DECODERS_LOCK = threading.Lock()
+
+
+class _Decoders(dict):
+    """一个模型的解码器表。复制或序列化模型时得到一张空表：副本要用自己的权重建解码器。"""
+
+    def __deepcopy__(self, memo):
+        return _Decoders()
+
+    def __copy__(self):
+        return _Decoders()
+
+    def __reduce__(self):
+        return (_Decoders, ())
+
+
+def _table(model, create: bool = False) -> dict:
+    table = model.__dict__.get(_ATTR)
+    if table is None:
+        table = _Decoders()
+        if create:
+            object.__setattr__(model, _ATTR, table)      # 普通属性，不是子模块、不进 state_dict
+    return table
 
 
 def decoder_for(model, dtype: torch.dtype | None = None, compile: bool = True) -> FastDecoder:
     """这个模型的快速解码器（同一个模型、精度与是否编译只建一次，之后一直复用）。
 
-    注意：解码器记住的是建它时的权重（bf16 时是一份副本）；之后改了模型的权重（继续训练），
-    请调用 :func:`forget` 让它重建。"""
+    精度与模型不同时（bf16）解码器用的是权重的一份副本：之后模型的权重变了（继续训练、
+    ``load_state_dict``），这里认得出（:func:`weights_version`）并重建副本，不会悄悄用旧权重。"""
     dtype = dtype or next(model.parameters()).dtype
     with _DECODERS_LOCK:
-        per_model = _DECODERS.setdefault(model, {})
+        per_model = _table(model, create=True)
         key = (dtype, bool(compile))
-        if key not in per_model:
+        if key not in per_model or _stale(per_model[key], model):
             per_model[key] = FastDecoder(model, dtype, compile)
         return per_model[key]
+
+
+def _stale(decoder: FastDecoder, model) -> bool:
+    """解码器建好之后，原模型的权重变过：bf16 副本 → True（重建）；不是副本时解码器用的就是模型
+    自己的权重，只有拼好的 gate_up 是拷贝 → 原地更新它（不必重新编译），返回 False。"""
+    if decoder.step.source == weights_version(model):
+        return False
+    if decoder.step.copied:
+        return True
+    decoder.step.refresh(model)
+    return False
 
 
 def cached_decoder(model, dtype: torch.dtype | None = None) -> FastDecoder | None:
     """已经建好、编译好（批大小 1）的解码器；没有时 None（不会触发编译）。"""
     dtype = dtype or next(model.parameters()).dtype
-    d = _DECODERS.get(model, {}).get((dtype, True))
-    return d if d is not None and d.compiled and d.ready(1) else None
+    d = _table(model).get((dtype, True))
+    return d if d is not None and d.compiled and d.ready(1) and not _stale(d, model) else None
 
 
 def forget(model) -> None:
     """丢掉这个模型的快速解码器（权重变了之后调用）。"""
     with _DECODERS_LOCK:
-        _DECODERS.pop(model, None)
+        model.__dict__.pop(_ATTR, None)
 
 
 def warm_up_in_background(model, dtype: torch.dtype | None = None) -> threading.Thread:
     """在后台线程里编译这个模型批大小 1 的快速一步（网页演示启动时用）；编译好之前，
     ``compile=None`` 的请求走普通路径。"""
     def work():
-        decoder_for(model, dtype, compile=True).warm_up(1)
+        try:
+            decoder_for(model, dtype, compile=True).warm_up(1)
+        except Exception as e:  # noqa: BLE001 - 后台线程：一行说明，请求照常走普通路径
+            why = " ".join(str(e).split())[:200]
+            print(f"注：后台编译快速解码失败（{type(e).__name__}: {why}），网页演示照常（不编译）",
+                  file=sys.stderr)
+    prime_inductor()                    # 在这个线程里、请求开始之前（见 prime_inductor）
     thread = threading.Thread(target=work, name="gptcourse-compile", daemon=True)
     thread.start()
     return thread

@@ -106,7 +106,7 @@ class VerseSpec:
     def __post_init__(self):
         if self.title is not None:
             object.__setattr__(self, "title", check_title(self.title))
-        if self.form is not None and self.form not in FORMS:
+        if self.form is not None and (not isinstance(self.form, str) or self.form not in FORMS):
             raise UserError(f"未知的诗体 {self.form!r}；可选：{'、'.join(FORMS)}")
         for name in ("acrostic", "rhyme_group"):
             v = getattr(self, name)
@@ -273,7 +273,7 @@ def _fast_decoder(model, use_cache: bool, compile: bool | None, precision: str, 
     ``precision="bf16"``：快速一步、bf16 权重（``compile=False`` 时不编译）；``compile=True``：
     编译好的快速一步；``compile=None``（自动）：这个模型已经有编译好的一步就用它，否则写的词元
     至少 ``COMPILE_MIN_TOKENS`` 个时才编译（编译一次几十秒，见 docs/benchmarks.md）。"""
-    if precision not in DTYPES:
+    if not isinstance(precision, str) or precision not in DTYPES:
         raise UserError(f"precision 只能是 {' / '.join(DTYPES)}，收到 {precision!r}")
     if compile not in (True, False, None):
         raise UserError(f"compile 必须是 True、False 或 None（自动），收到 {compile!r}")

@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +33,19 @@ from .titles import CLOSE, OPEN
 
 PING_GROUPS = verse.group_names(verse.PING)        # 30 个平声韵部（表中顺序）
 TONE_CLASSES = (verse.PING, verse.ZE)
+MAX_WEIGHT = 10_000.0             # 辅助目标的权重上限：再大，总损失在 fp32/bf16 里溢出成 inf/NaN
+
+
+def check_weight(name: str, weight) -> float:
+    """辅助目标的权重：(0, MAX_WEIGHT] 之内的有限实数 → float；否则 UserError。
+
+    上限挡住 1e300 这样的值：它们是有限数，却让“语言模型损失 + 权重 × 辅助损失”第一步就变成
+    inf/NaN，训练报“发散”、劝人调低学习率——错的不是学习率。"""
+    if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or \
+            not (math.isfinite(weight) and 0 < weight <= MAX_WEIGHT):
+        raise UserError(f"辅助目标 {name} 的权重必须是 (0, {MAX_WEIGHT:g}] 之内的数，"
+                        f"收到 {weight!r}")
+    return float(weight)
 
 
 def masked_cross_entropy(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
@@ -50,9 +64,7 @@ class Objective(nn.Module):
     def __init__(self, name: str, n_embd: int, classes: tuple[str, ...],
                  labels: dict[str, torch.Tensor], weight: float = 1.0):
         super().__init__()
-        if not weight > 0:
-            raise UserError(f"辅助目标 {name} 的权重必须 > 0，收到 {weight}")
-        self.name, self.classes, self.weight = name, classes, float(weight)
+        self.name, self.classes, self.weight = name, classes, check_weight(name, weight)
         self.labels = labels                                  # {划分名: [N]}，−1 = 不算
         self.head = nn.Linear(n_embd, len(classes))
 
@@ -74,9 +86,8 @@ class RepeatPenalty(nn.Module):
 
     def __init__(self, labels: dict[str, torch.Tensor], weight: float = 1.0):
         super().__init__()
-        if not weight > 0:
-            raise UserError(f"辅助目标 norepeat 的权重必须 > 0，收到 {weight}")
-        self.name, self.classes, self.weight, self.labels = "norepeat", (), float(weight), labels
+        self.name, self.classes, self.labels = "norepeat", (), labels
+        self.weight = check_weight("norepeat", weight)
 
     def loss(self, logits: torch.Tensor, used: torch.Tensor) -> torch.Tensor:
         """logits [B, T, V]，used [B, T, K]（−1 = 空）→ 标量。"""
@@ -185,19 +196,22 @@ BUILDERS = {"rhyme": (rhyme_labels, PING_GROUPS), "tones": (tone_labels, TONE_CL
 def parse(spec: str | None) -> dict[str, float | None]:
     """命令行的 ``--aux rhyme=0.3,tones`` → {"rhyme": 0.3, "tones": None}
     （None = 用 --aux-weight）；空 → {}。"""
+    if spec is not None and not isinstance(spec, str):
+        raise UserError(f"--aux 应是字符串（例如 'rhyme=0.3,tones'），收到 {type(spec).__name__}")
     out: dict[str, float | None] = {}
     for item in (s.strip() for s in (spec or "").split(",")):
         if not item:
             continue
-        name, _, w = item.partition("=")
+        name, _, w = (part.strip() for part in item.partition("="))
         try:
             weight = float(w) if w else None
         except ValueError:
             weight = -1.0
         if name not in BUILDERS or name in out or (weight is not None and not
-                                                   (math.isfinite(weight) and weight > 0)):
+                                                   (math.isfinite(weight)
+                                                    and 0 < weight <= MAX_WEIGHT)):
             raise UserError(f"--aux 只能是 {'、'.join(BUILDERS)} 中的若干个（逗号分开、不重复，"
-                            f"可写成 名字=权重，权重 > 0），收到 {spec!r}")
+                            f"可写成 名字=权重，权重 > 0 且 ≤ {MAX_WEIGHT:g}），收到 {spec!r}")
         out[name] = weight
     return out
 
@@ -205,15 +219,22 @@ def parse(spec: str | None) -> dict[str, float | None]:
 def build(names, splits: dict[str, torch.Tensor], tok, n_embd: int,
           weight: float = 1.0) -> list[Objective | RepeatPenalty]:
     """按名字建辅助目标：每个划分（{名字: ids}）各算一份标签。``names`` 是名字的列表，或
-    :func:`parse` 给出的 {名字: 权重或 None}（None 用 ``weight``）。"""
+    :func:`parse` 给出的 {名字: 权重或 None}（None 用 ``weight``）。训练集（``"train"``，没有时
+    第一个划分）里一个标签也没有时 → UserError（例如散文语料、BPE 分词器：辅助损失会一直是 0）。"""
     weights = names if isinstance(names, dict) else dict.fromkeys(names)
     objectives = []
     for name, w in weights.items():
         if name not in BUILDERS:
             raise UserError(f"没有叫 {name!r} 的辅助目标；可用：{'、'.join(BUILDERS)}")
         fn, classes = BUILDERS[name]
+        w = check_weight(name, weight if w is None else w)          # 先查权重，再算标签
         labels = {split: fn(ids, tok) for split, ids in splits.items()}
-        w = weight if w is None else w
+        first = "train" if "train" in labels else next(iter(labels), None)
+        if first is not None and not bool((labels[first] >= 0).any()):
+            raise UserError(
+                f"辅助目标 {name} 在 {first} 里一个标签也没有：需要合乎诗体"
+                f"{'、押平声韵' if name != 'tones' else ''}的诗，而且分词器一个词元一个字"
+                f"（{type(tok).__name__}）。这样的辅助损失一直是 0，不起作用；换一个语料，或去掉它")
         objectives.append(RepeatPenalty(labels, w) if classes is None
                           else Objective(name, n_embd, classes, labels, w))
     return objectives

@@ -322,6 +322,7 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
         _say(f"编译：{compiled}")
     T = model.config.block_size
     splits = {"train": train_data} | ({"val": val_data} if val_data is not None else {})
+    _check_labels(objectives, splits)
     total = cfg.max_steps if cfg.max_steps is not None else 10**9
     end = min(total, stop_step) if stop_step is not None else total
     budget_s = cfg.max_minutes * 60 if cfg.max_minutes is not None else None
@@ -417,6 +418,20 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
             t_mark = time.perf_counter()        # 评估的时间不算进训练吞吐
     bar.close()
     return history
+
+
+def _check_labels(objectives, splits: dict[str, torch.Tensor]) -> None:
+    """每个辅助目标都要有每个划分的标签，而且与那个划分的 id 序列一样长 → 否则 UserError
+    （而不是取批次时的 KeyError / 越界）。"""
+    for o in objectives:
+        for split, data in splits.items():
+            labels = getattr(o, "labels", {}).get(split)
+            if labels is None:
+                raise UserError(f"辅助目标 {o.name} 没有 {split} 划分的标签：objectives.build 的"
+                                f" splits 里要有 {split!r}（给了 val_data 就要给 val）")
+            if labels.shape[:1] != data.shape[:1]:
+                raise UserError(f"辅助目标 {o.name} 的 {split} 标签有 {labels.shape[0]} 个，"
+                                f"数据有 {data.shape[0]} 个词元：标签要按同一段数据来算")
 
 
 def _batches(data, split, gens, n, batch_size, T, device, starts, targets, objectives):

@@ -24,6 +24,7 @@ import argparse
 import hashlib
 import json
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -72,6 +73,30 @@ def summary(runs: list[dict]) -> dict:
     return out
 
 
+def check_args(args) -> tuple[list[int], list[str]]:
+    """--seeds、--variants、--steps、--json 在开始计算之前检查 → (种子, 变体)；不对 → UserError。
+    （控制组的测量就要几分钟：参数错误不该等到那之后才报出，更不该在写 --json 时丢掉结果。）"""
+    UserError = gc.errors.UserError
+    try:
+        seeds = [int(s) for s in args.seeds.split(",")]
+    except ValueError:
+        raise UserError(f"--seeds 应是逗号分开的整数（例如 0,1,2），收到 {args.seeds!r}") from None
+    if len(set(seeds)) != len(seeds) or any(not 0 <= s < 2**32 for s in seeds):
+        raise UserError(f"--seeds 里的种子要在 [0, 2³²) 之内、不重复，收到 {args.seeds!r}")
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    unknown = [v for v in variants if v not in VARIANTS]
+    if not variants or unknown or len(set(variants)) != len(variants):
+        raise UserError(f"--variants 只能是 {'、'.join(VARIANTS)} 中的若干个（逗号分开、不重复），"
+                        f"收到 {args.variants!r}")
+    if args.steps < 1:
+        raise UserError(f"--steps 必须 ≥ 1，收到 {args.steps}")
+    if args.json:
+        gc.checkpoint.check_writable(args.json)
+        if not Path(args.json).parent.is_dir():
+            raise UserError(f"--json {args.json} 的目录不存在")
+    return seeds, variants
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--init", default=str(gc.checkpoint.SHIPPED))
@@ -81,10 +106,14 @@ def main() -> None:
                     help="只跑其中几个（逗号分开的变体名）")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
-    seeds = [int(s) for s in args.seeds.split(",")]
+    try:                                        # 参数错误在开始计算之前报出：一行，退出码 2
+        seeds, variants = check_args(args)
+        base, tok, _ = gc.checkpoint.load(args.init)
+    except gc.errors.UserError as e:
+        print(f"错误：{e}", file=sys.stderr)
+        sys.exit(2)
     corpus = gc.data.load_corpus("tang_jinti")
     val_poems = [p for p in corpus.val.split("\n") if p and gc.verse.is_valid_form(p)][:200]
-    base, tok, _ = gc.checkpoint.load(args.init)
     control = {"seed": None, "seconds": 0.0, **measure(base, tok, corpus, val_poems)}
     rows = [{"variant": "对照：起点检查点（不再训练）", "aux": [], "steps": 0, "runs": [control],
              **summary([control])}]
@@ -102,7 +131,7 @@ def main() -> None:
              "batch": [16, base.config.block_size], "lr": 5e-4, "lambda": 1.0, "seeds": seeds,
              "rows": rows}, ensure_ascii=False, indent=1, default=float), encoding="utf-8")
     save()
-    for name in args.variants.split(","):
+    for name in variants:
         runs = [run(args.init, VARIANTS[name], args.steps, s, corpus, val_poems) for s in seeds]
         rows.append({"variant": name, "aux": VARIANTS[name], "steps": args.steps, "runs": runs,
                      **summary(runs)})

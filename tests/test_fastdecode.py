@@ -209,3 +209,23 @@ def test_compiled_bf16_batch_and_generate(tok):
     assert generate_batch(model, tok, prompts, max_new_tokens=16, temperature=0, compile=True,
                           precision="bf16") == want
     assert fastdecode.cached_decoder(model, torch.bfloat16) is d
+
+
+def test_fused_gate_up_follows_the_model_after_an_in_place_update():
+    """fp32 的快速一步用的是模型自己的权重，只有拼好的 gate_up [2·Hd, C] 是拷贝：权重变了
+    （像优化器的一步）之后它原地更新，解码器不重建（编译好的一步不必重新编译），结果与教学路径相同。"""
+    torch.manual_seed(0)
+    model = GPT(preset("course", vocab_size=50, block_size=16, n_layer=2, n_head=2,
+                       n_embd=16)).eval()
+    d = fastdecode.decoder_for(model, None, compile=False)
+    col = torch.tensor([3])
+    before = d(d.new_cache(1), col, 0)
+    with torch.no_grad():
+        model.blocks[0].mlp.up.weight.mul_(-3)
+    d2 = fastdecode.decoder_for(model, None, compile=False)
+    assert d2 is d
+    after = d2(d2.new_cache(1), col, 0)
+    with torch.inference_mode():
+        want = model(col[:, None])[0][:, -1]
+    assert not torch.allclose(before, after)
+    torch.testing.assert_close(after, want, rtol=1e-5, atol=1e-5)

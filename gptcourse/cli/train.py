@@ -109,8 +109,9 @@ def cli_main(args) -> int:
         raise UserError(f"--probe-poems 必须在 [0, {MAX_PROBE_POEMS}] 之内，"
                         f"收到 {args.probe_poems}")
     aux_names = objectives.parse(args.aux)
-    if not (math.isfinite(args.aux_weight) and args.aux_weight > 0):
-        raise UserError(f"--aux-weight 必须是 > 0 的有限数，收到 {args.aux_weight}")
+    if not (math.isfinite(args.aux_weight) and 0 < args.aux_weight <= objectives.MAX_WEIGHT):
+        raise UserError(f"--aux-weight 必须在 (0, {objectives.MAX_WEIGHT:g}] 之内，"
+                        f"收到 {args.aux_weight}")
     out = checkpoint.check_writable(args.out)              # 训练之前就确认能写，而不是训练之后
     _refuse_overwriting_init(args.init, out)               # 不覆盖训练的起点
     bf16 = False if args.no_bf16 else (True if args.bf16 else "auto")
