@@ -297,3 +297,35 @@ def test_E6_rhyme_study_missing_init_is_one_line_exit_2():
                         "/nonexistent.pt"], capture_output=True, text=True, timeout=120,
                        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert p.returncode == 2 and p.stderr == "错误：找不到检查点文件 /nonexistent.pt\n", p.stderr
+
+
+@pytest.mark.parametrize("value, on", [("false", False), ("no", False), (" 0 ", False),
+                                       ("OFF", False), ("", False), ("1", True),
+                                       ("autograde", True), ("yes", True)])
+def test_D10_D11_D12_strict_mode_reads_off_words_as_off(monkeypatch, value, on):
+    from gptcourse.check import _common
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv("GPTCOURSE_STRICT", value)
+    assert _common.strict() is on
+    monkeypatch.delenv("GPTCOURSE_STRICT")
+    monkeypatch.setenv("NBGRADER_EXECUTION", value)
+    assert _common.strict() is on
+
+
+def test_D22_sys_exit_in_a_student_function_is_a_hint_not_an_escape(monkeypatch, capsys):
+    """学员的函数里 sys.exit()：检查器照样记下“还不对”（严格模式下是 AssertionError），
+    SystemExit 不会逃出检查单元格。"""
+    import sys as _sys
+
+    from gptcourse.check import _common, nb01
+    monkeypatch.delenv("GPTCOURSE_STRICT", raising=False)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+
+    def count_pairs(ids):
+        _sys.exit(3)
+    assert nb01.count_pairs(count_pairs) is False
+    assert _common.RESULTS["nb01.count_pairs"]["passed"] is False
+    assert "SystemExit" in capsys.readouterr().out
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(AssertionError):
+        nb01.count_pairs(count_pairs)

@@ -132,8 +132,15 @@ def strict() -> bool:
     而不是打印了事——nbgrader 的 autograde / validate 据此给这一格 0 分。nbgrader 运行笔记本时
     自己会设 ``NBGRADER_EXECUTION``；老师也可以设 ``GPTCOURSE_STRICT=1``。在 JupyterLab 里
     照常打印，笔记本继续往下运行。"""
-    return bool(os.environ.get("NBGRADER_EXECUTION")) or \
-        os.environ.get("GPTCOURSE_STRICT", "") not in ("", "0")
+    return any(_on(os.environ.get(name)) for name in STRICT_ENV)
+
+
+_OFF = ("", "0", "false", "no", "off")
+
+
+def _on(value: str | None) -> bool:
+    """环境变量是不是“开”：没设、空、0 / false / no / off（不分大小写、去掉空格）都算关。"""
+    return value is not None and value.strip().lower() not in _OFF
 
 
 def exercise(checker: Callable) -> Callable:
@@ -167,7 +174,7 @@ def exercise(checker: Callable) -> Callable:
             message = _LAST.get("message", "")
         except NotDone as e:
             passed, message = False, _todo(str(e))
-        except Exception as e:  # noqa: BLE001 - 检查器绝不能让笔记本停下
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - 检查器绝不能让笔记本停下
             passed, message = False, _fail(f"检查时出错 {type(e).__name__}: {e}")
         return finish(passed, message)
 
@@ -213,7 +220,7 @@ def _call(fn, *args):
         return fn(*args), None
     except NotImplementedError as e:
         raise NotDone(str(e) or getattr(fn, "__name__", "这个函数") + " 还是存根") from None
-    except Exception as e:  # noqa: BLE001 - 学员代码里的任何错误都转成一句提示
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - 学员代码里的任何错误都转成一句提示
         return None, f"调用时出错 {type(e).__name__}: {e}"
 
 
