@@ -14,7 +14,7 @@ from gptcourse.check import nb01
 def test_reference_solutions_pass(name, capsys):
     ref = nb01.SOLUTIONS[name]
     arg = ref() if name.startswith("guess_") else ref                # 预测题的答案是一个值
-    assert getattr(gc.check, name)(arg) is True
+    assert getattr(gc.check.nb01, name)(arg) is True
     assert "正确 ✓" in capsys.readouterr().out
 
 
@@ -48,7 +48,7 @@ WRONG = {
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_wrong_answers_fail_with_the_failing_input(name, capsys):
-    assert getattr(gc.check, name)(WRONG[name]) is False
+    assert getattr(gc.check.nb01, name)(WRONG[name]) is False
     out = capsys.readouterr().out
     assert "还不对 ✗" in out and name in out
 
@@ -57,9 +57,9 @@ def test_exceptions_and_non_callables_are_reported(capsys):
     def boom(ids):
         raise KeyError("x")
 
-    assert gc.check.count_pairs(boom) is False
+    assert gc.check.nb01.count_pairs(boom) is False
     assert "KeyError" in capsys.readouterr().out
-    assert gc.check.merge_pair(42) is False
+    assert gc.check.nb01.merge_pair(42) is False
     assert "需要传入一个函数" in capsys.readouterr().out
 
 
@@ -67,14 +67,14 @@ def test_unfinished_exercise_says_not_done_and_is_recorded(capsys):
     def stub(ids):
         raise NotImplementedError("提示：数相邻的一对")
 
-    assert gc.check.count_pairs(stub) is False
+    assert gc.check.nb01.count_pairs(stub) is False
     assert "还没完成" in capsys.readouterr().out
-    assert gc.check.merge_pair(None) is False
+    assert gc.check.nb01.merge_pair(None) is False
     assert "还没完成" in capsys.readouterr().out
     from gptcourse.check import _common
     assert _common.RESULTS["nb01.count_pairs"]["passed"] is False
     assert _common.RESULTS["nb01.count_pairs"]["message"] == "还没完成：提示：数相邻的一对"
-    assert gc.check.count_pairs(nb01.solution_count_pairs) is True
+    assert gc.check.nb01.count_pairs(nb01.solution_count_pairs) is True
     assert _common.RESULTS["nb01.count_pairs"] == {
         "key": "nb01.count_pairs", "chapter": "nb01", "exercise": "count_pairs", "passed": True,
         "message": "正确"}
@@ -87,8 +87,8 @@ def test_every_exercise_has_a_wrong_answer_test():
 
 def test_show_solution(capsys, monkeypatch):
     monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
-    gc.check.show_solution("shift_xy")
-    assert "def solution_shift_xy" in capsys.readouterr().out
+    gc.check.show_solution("shift_xy")                         # 教师版笔记本里的答案单元格
+    assert "def shift_xy(" in capsys.readouterr().out
     with pytest.raises(ValueError, match="可选"):
         gc.check.show_solution("nope")
 
@@ -203,7 +203,7 @@ def test_shift_xy_must_reject_windows_out_of_range(passes, capsys):
     def no_check(ids, s, t):
         return ids[s:s + t], ids[s + 1:s + t + 1]
 
-    ok, out = passes(gc.check.shift_xy, no_check)
+    ok, out = passes(gc.check.nb01.shift_xy, no_check)
     assert not ok and "应报错" in out
 
 
@@ -213,7 +213,7 @@ def test_shift_xy_off_by_one_bound_is_rejected(passes):
             raise ValueError("越界")
         return ids[s:s + t], ids[s + 1:s + t + 1]
 
-    ok, out = passes(gc.check.shift_xy, off_by_one)
+    ok, out = passes(gc.check.nb01.shift_xy, off_by_one)
     assert not ok and "shift_xy(ids, 16, 4)" in out and "start + T + 1 ≤ len(ids)" in out
 
 
@@ -246,5 +246,5 @@ def test_split_by_poem_failure_is_short(passes, capsys):
                 parts["train" if h < 80 else ("val" if h < 95 else "test")].append(p + "\n")
         return {k: "".join(v) for k, v in parts.items()}
 
-    ok, out = passes(gc.check.split_by_poem, wrong_threshold)
+    ok, out = passes(gc.check.nb01.split_by_poem, wrong_threshold)
     assert not ok and "应在 train" in out and len(out) < 200

@@ -17,7 +17,7 @@ def test_solutions_pass_and_are_registered(passes, capsys, name, monkeypatch):
     assert passes(getattr(gc.check.nb05, name), nb05.SOLUTIONS[name])[0]
     monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution(f"nb05.{name}")
-    assert f"def solution_{name}" in capsys.readouterr().out
+    assert "### BEGIN SOLUTION" in capsys.readouterr().out
 
 
 def test_top_p_that_drops_the_crossing_token_fails(passes, capsys):
@@ -27,7 +27,7 @@ def test_top_p_that_drops_the_crossing_token_fails(passes, capsys):
         remove[order] = torch.cumsum(s.softmax(-1), -1) > p
         return logits.masked_fill(remove, float("-inf"))
 
-    ok, out = passes(gc.check.top_p, wrong)
+    ok, out = passes(gc.check.nb05.top_p, wrong)
     assert not ok and "越过 p" in out
 
 
@@ -38,7 +38,7 @@ def test_penalty_that_divides_negative_logits_fails(passes, capsys):
             out[i] = out[i] / penalty
         return out
 
-    ok, out = passes(gc.check.repetition_penalty, wrong)
+    ok, out = passes(gc.check.nb05.repetition_penalty, wrong)
     assert not ok and "负 logit 应该乘以 penalty" in out
 
 
@@ -48,12 +48,12 @@ def test_temperature_without_error_for_negative_tau_fails(passes, capsys):
             return torch.nn.functional.one_hot(logits.argmax(), logits.numel()).float()
         return torch.softmax(logits / tau, -1)
 
-    ok, out = passes(gc.check.temperature_softmax, no_check)
+    ok, out = passes(gc.check.nb05.temperature_softmax, no_check)
     assert not ok and "ValueError" in out
 
 
 def test_kv_bytes_hint_and_values(passes, capsys):
-    ok, out = passes(gc.check.kv_cache_bytes, lambda L, B, T, C, b: L * B * T * C * b)
+    ok, out = passes(gc.check.nb05.kv_cache_bytes, lambda L, B, T, C, b: L * B * T * C * b)
     assert not ok and "乘 2" in out
     assert nb05.solution_kv_cache_bytes(12, 1, 1024, 768) == 75_497_472 == 72 * 2**20
     assert math.isclose(nb05.solution_kv_cache_bytes(4, 1, 128, 256) / 2**20, 1.0)
@@ -67,7 +67,7 @@ def test_top_p_without_the_p_equals_one_rule_fails_on_every_cpu(passes, capsys):
         remove[order] = torch.cumsum(probs, -1) - probs >= p
         return logits.masked_fill(remove, float("-inf"))
 
-    ok, out = passes(gc.check.top_p, no_rule)
+    ok, out = passes(gc.check.nb05.top_p, no_rule)
     assert not ok and "p ≥ 1" in out
 
 
@@ -82,7 +82,7 @@ def test_top_p_check_ignores_ties_at_the_boundary(passes, capsys):
         remove[order] = torch.cumsum(probs, -1) - probs >= p
         return logits.masked_fill(remove, float("-inf"))
 
-    assert passes(gc.check.top_p, in_float64)[0]
+    assert passes(gc.check.nb05.top_p, in_float64)[0]
 
 
 

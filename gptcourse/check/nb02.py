@@ -45,7 +45,7 @@ EXERCISES = ("scaled_attention", "causal_mask", "guess_saturation", "guess_sqrt_
              "split_merge_heads", "rope_pair", "rope_rotate", "mlp", "layernorm", "rmsnorm",
              "attention_module", "gpt_block", "gpt_model", "leaky_model", "guess_norm",
              "guess_init_growth", "guess_offset", "param_count")
-__all__ = ["EXERCISE_CONFIG", *EXERCISES]
+__all__ = list(EXERCISES)
 
 
 # ---------------------------------------------------------------- 参考答案
@@ -114,7 +114,7 @@ def solution_guess_offset() -> int:
     return 5            # 位置 t 预测 t+1；五言一句 6 个词元，t+1 的对应字在 t+1−6 = t−5
 
 
-SOLUTIONS = register("nb02", {
+SOLUTIONS = dict({
     "causal_mask": solution_causal_mask,
     "scaled_attention": solution_scaled_attention,
     "split_merge_heads": (solution_split_heads, solution_merge_heads),
@@ -134,6 +134,8 @@ SOLUTIONS = register("nb02", {
     "guess_init_growth": solution_guess_init_growth,
     "guess_offset": solution_guess_offset,
 })
+register("nb02", {k: SOLUTIONS[k] for k in ("causal_mask", "split_merge_heads", "rope_pair",
+                                            "layernorm", "leaky_model")})
 
 
 # ---------------------------------------------------------------- 检查器

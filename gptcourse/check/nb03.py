@@ -210,7 +210,8 @@ def solution_predict_windows() -> str:
     return "B"      # RoPE 反超（完整模式；检查器按这一次量到的两个损失判）
 
 
-SOLUTIONS = register("nb03", {name: globals()[f"solution_{name}"] for name in EXERCISES})
+SOLUTIONS = {name: globals()[f"solution_{name}"] for name in EXERCISES}
+register("nb03", {"early_stopping": solution_early_stopping})
 
 
 # ---------------------------------------------------------------- 检查器：写函数

@@ -1,6 +1,6 @@
 """笔记本 04（评估与验收）的练习检查器与参考答案。
 
-用法与前几章相同：``gc.check.bits_from_loss(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的
+用法与前几章相同：``gc.check.nb04.bits_from_loss(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的
 中文，并返回 True / False；``gc.check.show_solution("bits_from_loss")`` 打印参考答案。
 """
 from __future__ import annotations
@@ -13,14 +13,10 @@ import torch.nn.functional as F
 
 from ._common import _call, _fail, _ok, choice, exercise, register, results  # noqa: F401
 
-__all__ = ["bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
-           "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
-           "buggy_attention", "fix_attention", "distinct_ngrams", "slow_token_losses",
-           "bootstrap_interval"]
-
 EXERCISES = ("bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
              "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
              "fix_attention", "distinct_ngrams", "slow_token_losses", "bootstrap_interval")
+__all__ = list(EXERCISES)
 
 
 # ---------------------------------------------------------------- 练习里要找错的函数
@@ -180,7 +176,7 @@ def solution_guess_zigzag() -> str:
 GUESS_LEDGER = solution_guess_ledger()
 GUESS_SHUFFLED_TONES = solution_guess_shuffled_tones()
 GUESS_ZIGZAG = solution_guess_zigzag()
-SOLUTIONS = register("nb04", {
+SOLUTIONS = dict({
     "guess_ledger": solution_guess_ledger,
     "guess_shuffled_tones": solution_guess_shuffled_tones,
     "guess_zigzag": solution_guess_zigzag,
@@ -194,6 +190,7 @@ SOLUTIONS = register("nb04", {
     "slow_token_losses": solution_slow_token_losses,
     "bootstrap_interval": solution_bootstrap_interval,
 })
+register("nb04", {"bootstrap_interval": solution_bootstrap_interval})
 
 
 # ---------------------------------------------------------------- 检查器
@@ -382,9 +379,6 @@ def distinct_ngrams(fn) -> bool:
         if got is None or not math.isclose(float(got), want, abs_tol=1e-9):
             return _fail(f"distinct_ngrams{args!r} 得到 {got!r}，应为 {want:.6g}")
     return _ok()
-
-
-EXERCISES_04 = EXERCISES          # 旧名字（笔记本里用过）
 
 
 def _rhyme_cases() -> dict[str, list[str]]:

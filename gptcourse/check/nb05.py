@@ -1,6 +1,6 @@
 """笔记本 05（推理与部署）的练习检查器。
 
-用法与前几章相同：``gc.check.top_p(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的中文，
+用法与前几章相同：``gc.check.nb05.top_p(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的中文，
 并返回 True / False。参考答案是本文件里的 ``solution_*`` 函数，登记在共用的 ``SOLUTIONS`` 表里，
 ``gc.check.show_solution("top_p")`` 会打印它的源代码。
 """
@@ -16,13 +16,10 @@ from ..model import GPT
 from ..rope import apply_rope, rope_angles
 from ._common import _call, _fail, _ok, choice, exercise, register, results  # noqa: F401
 
-__all__ = ["decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
-           "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
-           "quantize_rows", "fenming", "rhyme_mask"]
-
 EXERCISES = ("decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
              "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
              "quantize_rows", "fenming", "rhyme_mask")
+__all__ = list(EXERCISES)
 
 
 
@@ -166,7 +163,7 @@ GUESS_FREQUENCY = solution_guess_frequency()
 GUESS_OFFSET = solution_guess_offset()
 
 
-SOLUTIONS = register("nb05", {
+SOLUTIONS = dict({
     "guess_frequency": solution_guess_frequency,
     "guess_offset": solution_guess_offset,
     "temperature_softmax": solution_temperature_softmax,
@@ -180,6 +177,8 @@ SOLUTIONS = register("nb05", {
     "fenming": solution_fenming,
     "rhyme_mask": solution_rhyme_mask,
 })
+register("nb05", {k: SOLUTIONS[k] for k in ("inverse_cdf", "rope_cached_step", "kv_cache_bytes",
+                                            "fenming", "quantize_rows")})
 
 
 def _close(a, b) -> bool:
@@ -479,9 +478,6 @@ def quantize_rows(fn) -> bool:
             return _fail(f"第 {r} 行的最大误差 {err_got[r]:.3g} 比应有的 {err_ref[r]:.3g} 大："
                          "先除以缩放系数再四舍五入（torch.round），直接 .to(torch.int8) 是截断")
     return _ok()
-
-
-NB05_EXERCISES = EXERCISES          # 旧名字（笔记本里用过）
 
 
 # ---------------------------------------------------------------- 第 6 节：二四六分明
