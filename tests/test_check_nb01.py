@@ -1,4 +1,4 @@
-"""练习检查器：参考答案必须通过，典型的错误答案必须被指出。"""
+"""练习检查器：教师版的答案单元格必须通过，典型的错误答案必须被指出。"""
 from __future__ import annotations
 
 import hashlib
@@ -11,9 +11,8 @@ from gptcourse.check import nb01
 
 
 @pytest.mark.parametrize("name", nb01.EXERCISES)
-def test_reference_solutions_pass(name, capsys):
-    ref = nb01.SOLUTIONS[name]
-    arg = ref() if name.startswith("guess_") else ref                # 预测题的答案是一个值
+def test_the_teacher_solution_passes(name, capsys, teacher):
+    arg = teacher(f"nb01.{name}", get_stats=gc.bpe.get_stats, merge=gc.bpe.merge)
     assert getattr(gc.check.nb01, name)(arg) is True
     assert "正确 ✓" in capsys.readouterr().out
 
@@ -74,7 +73,7 @@ def test_unfinished_exercise_says_not_done_and_is_recorded(capsys):
     from gptcourse.check import _common
     assert _common.RESULTS["nb01.count_pairs"]["passed"] is False
     assert _common.RESULTS["nb01.count_pairs"]["message"] == "还没完成：提示：数相邻的一对"
-    assert gc.check.nb01.count_pairs(nb01.solution_count_pairs) is True
+    assert gc.check.nb01.count_pairs(gc.bpe.get_stats) is True
     assert _common.RESULTS["nb01.count_pairs"] == {
         "key": "nb01.count_pairs", "chapter": "nb01", "exercise": "count_pairs", "passed": True,
         "message": "正确"}
@@ -113,7 +112,7 @@ def _train_first_seen(text, vocab_size):
 
 
 def _train_never_stops(text, vocab_size):
-    merges = nb01_bpe.solution_bpe_train(text, vocab_size)
+    merges = gc.bpe.BPETokenizer.train(text, vocab_size=vocab_size).merges
     n = len(merges)
     return {**merges, **{(0, i): 256 + n + i for i in range(vocab_size - 256 - n)}}
 
@@ -141,7 +140,7 @@ def _decode_strict(ids, merges):
 
 
 def _decode_each(ids, merges):
-    return "".join(nb01_bpe.solution_bpe_decode([i], merges) for i in ids)
+    return "".join(gc.bpe.BPETokenizer(merges=merges).decode([i]) for i in ids)
 
 
 def _near_exact_lines(a, b):
@@ -194,7 +193,6 @@ def test_bpe_and_hygiene_checkers_reject_typical_mistakes(passes, name, capsys):
 
 def test_plain_near_duplicate_really_differs_only_on_variants():
     a, b = "雪岫花开几树粧，城北无饥鵶。", "雪峰花开几树妆，城南无饥鸦。"
-    assert nb01_bpe.solution_near_duplicate(a, b) is True
     assert gc.data.near_duplicate_groups([a, b]) == [[0, 1]]
     assert _plain_near(a, b) is False
 
