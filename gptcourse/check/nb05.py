@@ -456,6 +456,8 @@ _RHYME_CASES = [("", ""), ("光", ""), ("", "东"), ("行", "明"), ("行光", "
 
 
 def _rhyme_variant(tok, feet: str, first: str, kind: str) -> torch.Tensor:
+    """韵脚位置上允许的词元 [V]：``kind`` 是 ``_RHYME_HINTS`` 里的一种典型错误时按那种错法算，
+    否则（如 ``"right"``）是正确的掩码，即 ``gc.constraints.VerseConstraint`` 在这里的掩码。"""
     from ..verse import PING, group_names, ping_groups, tone
 
     groups = set(group_names(PING))
