@@ -62,3 +62,28 @@ def file_sha():
     import hashlib
 
     return lambda path: hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+@pytest.fixture
+def teacher():
+    """``teacher("nb01.build_vocab")``：执行教师版笔记本里这道题的答案单元格（参考答案只有这一份，
+    ``show_solution`` 打印的也是它），返回它定义的那个名字的值；定义了几个名字时返回
+    名字 → 值。``env`` 补上单元格用到的、笔记本前文定义的名字。"""
+    import math
+
+    import numpy as np
+    import torch
+
+    import gptcourse as gc
+    from gptcourse.check._common import solution_cell
+
+    def answer(key: str, **env):
+        ns = {"torch": torch, "nn": torch.nn, "F": torch.nn.functional, "math": math, "np": np,
+              "gc": gc, **env}
+        before = dict(ns)
+        exec(compile(solution_cell(key), f"<教师版 {key}>", "exec"), ns)  # noqa: S102
+        new = {k: v for k, v in ns.items() if before.get(k, ns) is not v
+               and not k.startswith("__") and not isinstance(v, type(math))}    # 导入的模块不算
+        return next(iter(new.values())) if len(new) == 1 else new
+
+    return answer

@@ -1,4 +1,4 @@
-"""练习检查器：参考答案必须通过，典型的错误答案必须被指出。"""
+"""练习检查器：教师版的答案单元格必须通过，典型的错误答案必须被指出。"""
 from __future__ import annotations
 
 import hashlib
@@ -11,10 +11,9 @@ from gptcourse.check import nb01
 
 
 @pytest.mark.parametrize("name", nb01.EXERCISES)
-def test_reference_solutions_pass(name, capsys):
-    ref = nb01.SOLUTIONS[name]
-    arg = ref() if name.startswith("guess_") else ref                # 预测题的答案是一个值
-    assert getattr(gc.check, name)(arg) is True
+def test_the_teacher_solution_passes(name, capsys, teacher):
+    arg = teacher(f"nb01.{name}", get_stats=gc.bpe.get_stats, merge=gc.bpe.merge)
+    assert getattr(gc.check.nb01, name)(arg) is True
     assert "正确 ✓" in capsys.readouterr().out
 
 
@@ -48,7 +47,7 @@ WRONG = {
 
 @pytest.mark.parametrize("name", sorted(WRONG))
 def test_wrong_answers_fail_with_the_failing_input(name, capsys):
-    assert getattr(gc.check, name)(WRONG[name]) is False
+    assert getattr(gc.check.nb01, name)(WRONG[name]) is False
     out = capsys.readouterr().out
     assert "还不对 ✗" in out and name in out
 
@@ -57,9 +56,9 @@ def test_exceptions_and_non_callables_are_reported(capsys):
     def boom(ids):
         raise KeyError("x")
 
-    assert gc.check.count_pairs(boom) is False
+    assert gc.check.nb01.count_pairs(boom) is False
     assert "KeyError" in capsys.readouterr().out
-    assert gc.check.merge_pair(42) is False
+    assert gc.check.nb01.merge_pair(42) is False
     assert "需要传入一个函数" in capsys.readouterr().out
 
 
@@ -67,14 +66,14 @@ def test_unfinished_exercise_says_not_done_and_is_recorded(capsys):
     def stub(ids):
         raise NotImplementedError("提示：数相邻的一对")
 
-    assert gc.check.count_pairs(stub) is False
+    assert gc.check.nb01.count_pairs(stub) is False
     assert "还没完成" in capsys.readouterr().out
-    assert gc.check.merge_pair(None) is False
+    assert gc.check.nb01.merge_pair(None) is False
     assert "还没完成" in capsys.readouterr().out
     from gptcourse.check import _common
     assert _common.RESULTS["nb01.count_pairs"]["passed"] is False
     assert _common.RESULTS["nb01.count_pairs"]["message"] == "还没完成：提示：数相邻的一对"
-    assert gc.check.count_pairs(nb01.solution_count_pairs) is True
+    assert gc.check.nb01.count_pairs(gc.bpe.get_stats) is True
     assert _common.RESULTS["nb01.count_pairs"] == {
         "key": "nb01.count_pairs", "chapter": "nb01", "exercise": "count_pairs", "passed": True,
         "message": "正确"}
@@ -87,8 +86,8 @@ def test_every_exercise_has_a_wrong_answer_test():
 
 def test_show_solution(capsys, monkeypatch):
     monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
-    gc.check.show_solution("shift_xy")
-    assert "def solution_shift_xy" in capsys.readouterr().out
+    gc.check.show_solution("shift_xy")                         # 教师版笔记本里的答案单元格
+    assert "def shift_xy(" in capsys.readouterr().out
     with pytest.raises(ValueError, match="可选"):
         gc.check.show_solution("nope")
 
@@ -113,7 +112,7 @@ def _train_first_seen(text, vocab_size):
 
 
 def _train_never_stops(text, vocab_size):
-    merges = nb01_bpe.solution_bpe_train(text, vocab_size)
+    merges = gc.bpe.BPETokenizer.train(text, vocab_size=vocab_size).merges
     n = len(merges)
     return {**merges, **{(0, i): 256 + n + i for i in range(vocab_size - 256 - n)}}
 
@@ -141,7 +140,7 @@ def _decode_strict(ids, merges):
 
 
 def _decode_each(ids, merges):
-    return "".join(nb01_bpe.solution_bpe_decode([i], merges) for i in ids)
+    return "".join(gc.bpe.BPETokenizer(merges=merges).decode([i]) for i in ids)
 
 
 def _near_exact_lines(a, b):
@@ -194,7 +193,6 @@ def test_bpe_and_hygiene_checkers_reject_typical_mistakes(passes, name, capsys):
 
 def test_plain_near_duplicate_really_differs_only_on_variants():
     a, b = "雪岫花开几树粧，城北无饥鵶。", "雪峰花开几树妆，城南无饥鸦。"
-    assert nb01_bpe.solution_near_duplicate(a, b) is True
     assert gc.data.near_duplicate_groups([a, b]) == [[0, 1]]
     assert _plain_near(a, b) is False
 
@@ -203,7 +201,7 @@ def test_shift_xy_must_reject_windows_out_of_range(passes, capsys):
     def no_check(ids, s, t):
         return ids[s:s + t], ids[s + 1:s + t + 1]
 
-    ok, out = passes(gc.check.shift_xy, no_check)
+    ok, out = passes(gc.check.nb01.shift_xy, no_check)
     assert not ok and "应报错" in out
 
 
@@ -213,7 +211,7 @@ def test_shift_xy_off_by_one_bound_is_rejected(passes):
             raise ValueError("越界")
         return ids[s:s + t], ids[s + 1:s + t + 1]
 
-    ok, out = passes(gc.check.shift_xy, off_by_one)
+    ok, out = passes(gc.check.nb01.shift_xy, off_by_one)
     assert not ok and "shift_xy(ids, 16, 4)" in out and "start + T + 1 ≤ len(ids)" in out
 
 
@@ -246,5 +244,5 @@ def test_split_by_poem_failure_is_short(passes, capsys):
                 parts["train" if h < 80 else ("val" if h < 95 else "test")].append(p + "\n")
         return {k: "".join(v) for k, v in parts.items()}
 
-    ok, out = passes(gc.check.split_by_poem, wrong_threshold)
+    ok, out = passes(gc.check.nb01.split_by_poem, wrong_threshold)
     assert not ok and "应在 train" in out and len(out) < 200

@@ -1,4 +1,4 @@
-"""笔记本 02 的练习检查器：参考答案通过，典型错误各自得到对应的中文提示。"""
+"""笔记本 02 的练习检查器：教师版的答案与包里的版本通过，典型错误各自得到对应的中文提示。"""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gptcourse as gc
-from gptcourse.check import _common, nb02
+from gptcourse.check import _common, nb02, nb02_model
 from gptcourse.model import GPT, count_parameters
 
 
@@ -56,7 +56,7 @@ class Block(nn.Module):
         self.norm1, self.attn = gc.model.make_norm(cfg), _Attn(cfg)
         self.norm2, self.mlp = gc.model.make_norm(cfg), _MLP(cfg)
 
-    forward = nb02.solution_block_forward
+    forward = nb02_model.solution_block_forward
 
 
 class PostNorm(Block):
@@ -161,39 +161,42 @@ def learner_model():
     return mine
 
 
+def _scaled_attention(q, k, v, mask):
+    return gc.model.causal_attention(q, k, v, mask)[0]
+
+
+# 教师版的答案单元格（函数与预测题：自成一格，直接执行）或这里写的学员式的类
+TEACHER_CELLS = ("scaled_attention", "causal_mask", "guess_saturation", "guess_sqrt_c",
+                 "rope_pair", "layernorm", "guess_norm", "guess_init_growth", "param_count",
+                 "guess_offset")
 REFERENCE = {
-    "scaled_attention": lambda: (nb02.solution_scaled_attention,),
-    "causal_mask": lambda: (nb02.solution_causal_mask,),
-    "guess_saturation": lambda: (nb02.solution_guess_saturation(),),
-    "guess_sqrt_c": lambda: (nb02.solution_guess_sqrt_c(),),
     "split_merge_heads": lambda: (nb02.solution_split_heads, nb02.solution_merge_heads),
-    "rope_pair": lambda: (nb02.solution_rope_pair,),
-    "rope_rotate": lambda: (nb02.solution_rotate,),
+    "rope_rotate": lambda: (gc.rope.apply_rope,),
     "mlp": lambda: (_MyMLP,),
-    "layernorm": lambda: (nb02.solution_layernorm,),
     "rmsnorm": lambda: (_MyRMSNorm,),
     "attention_module": lambda: (_MyAttention,),
     "gpt_block": lambda: (Block,),
     "gpt_model": lambda: (MyGPT,),
-    "guess_norm": lambda: (nb02.solution_guess_norm(),),
-    "guess_init_growth": lambda: (nb02.solution_guess_init_growth(),),
-    "param_count": lambda: (nb02.solution_param_count(),),
-    "guess_offset": lambda: (nb02.solution_guess_offset(),),
 }
 
 
 def test_every_exercise_is_listed_exported_and_has_a_reference():
-    assert set(REFERENCE) | {"leaky_model"} == set(nb02.EXERCISES)
+    assert set(REFERENCE) | set(TEACHER_CELLS) | {"leaky_model"} == set(nb02.EXERCISES)
     assert len(nb02.EXERCISES) >= 8
     for name in nb02.EXERCISES:
         assert getattr(gc.check.nb02, name).is_exercise
-    assert callable(gc.check.scaled_attention)                      # 也能从 gc.check 直接取到
+    assert not hasattr(gc.check, "scaled_attention")                 # 只从 gc.check.nb02 取
 
 
 @pytest.mark.parametrize("name", sorted(REFERENCE))
 def test_reference_solutions_pass(passes, name, capsys):
     assert passes(getattr(nb02, name), *REFERENCE[name]())[0]
     assert _common.RESULTS[f"nb02.{name}"]["passed"] is True
+
+
+@pytest.mark.parametrize("name", TEACHER_CELLS)
+def test_the_teacher_solution_passes(passes, name, teacher):
+    assert passes(getattr(nb02, name), teacher(f"nb02.{name}"))[0]
 
 
 def test_leaky_model_reference_passes(passes, learner_model):
@@ -228,9 +231,9 @@ def test_show_solution(capsys, monkeypatch):
     gc.check.show_solution("causal_mask")
     assert "torch.tril" in capsys.readouterr().out
     gc.check.show_solution("build_vocab")                            # 笔记本 01 的仍然可用
-    assert "def solution_build_vocab" in capsys.readouterr().out
+    assert "def build_vocab(" in capsys.readouterr().out
     gc.check.show_solution("nb02.guess_offset")                      # 两章都有：写上章节
-    assert "return 5" in capsys.readouterr().out
+    assert "guess_offset = 5" in capsys.readouterr().out
     with pytest.raises(ValueError, match="nb02.guess_offset"):
         gc.check.show_solution("guess_offset")
 
@@ -273,7 +276,7 @@ def _softmax_dim_minus_2(q, k, v, mask):
 def _own_tril(q, k, v, mask):
     """评审里的情形：不用传进来的 mask，自己造下三角（在因果掩码上恰好对）。"""
     T = q.shape[-2]
-    return nb02.solution_scaled_attention(q, k, v, torch.tril(torch.ones(T, T)).bool())
+    return _scaled_attention(q, k, v, torch.tril(torch.ones(T, T)).bool())
 
 
 def _inverted(q, k, v, mask):
@@ -396,7 +399,8 @@ class _MyRMSNorm(nn.Module):
         super().__init__()
         self.eps, self.weight = eps, nn.Parameter(torch.ones(C))
 
-    forward = nb02.solution_rmsnorm_forward
+    def forward(self, x):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
 
 
 def test_rmsnorm(passes, capsys):
@@ -430,7 +434,10 @@ class _MyMLP(_MLP):
         if not self.swiglu:
             self.act = nn.GELU(approximate=cfg.gelu_approx)
 
-    forward = nb02.solution_mlp_forward
+    def forward(self, x):
+        if self.swiglu:
+            return self.down(F.silu(self.gate(x)) * self.up(x))
+        return self.proj(self.act(self.fc(x)))
 
 
 def test_mlp(passes, capsys):
@@ -458,7 +465,13 @@ def test_mlp(passes, capsys):
 
 
 class _MyAttention(_Attn):
-    forward = nb02.solution_attention_forward
+    def forward(self, x, rope=None):
+        B, T, C = x.shape
+        q, k, v = (nb02.solution_split_heads(t, self.n_head) for t in self.qkv(x).split(C, -1))
+        if rope is not None:
+            q, k = gc.rope.apply_rope(q, *rope), gc.rope.apply_rope(k, *rope)
+        y = _scaled_attention(q, k, v, self.mask[:T, :T])
+        return self.proj(nb02.solution_merge_heads(y))
 
 
 def test_attention_module(passes, capsys):
@@ -469,17 +482,17 @@ def test_attention_module(passes, capsys):
             B, T, C = x.shape
             q, k, v = (split(t, self.n_head) for t in self.qkv(x).split(C, -1))
             if rope is not None and rope_on:
-                q = nb02.solution_rotate(q, *rope)
-                k = nb02.solution_rotate(k, *rope) if k_too else k
-                v = nb02.solution_rotate(v, *rope) if rot_v else v
+                q = gc.rope.apply_rope(q, *rope)
+                k = gc.rope.apply_rope(k, *rope) if k_too else k
+                v = gc.rope.apply_rope(v, *rope) if rot_v else v
             m = self.mask[:T, :T] if mask else torch.ones(T, T, dtype=torch.bool)
-            y = merge(nb02.solution_scaled_attention(q, k, v, m))
+            y = merge(_scaled_attention(q, k, v, m))
             return self.proj(y) if proj else y
         return type("Wrong", (_Attn,), {"forward": forward})
 
     def unsliced(self, x, rope=None):
         q, k, v = (split(t, self.n_head) for t in self.qkv(x).split(x.shape[-1], -1))
-        return self.proj(merge(nb02.solution_scaled_attention(q, k, v, self.mask)))
+        return self.proj(merge(_scaled_attention(q, k, v, self.mask)))
 
     cases = {"V 也转了": variant(rot_v=True), "没有用 rope": variant(rope_on=False),
              "只转了 Q": variant(k_too=False), "输出投影": variant(proj=False),
@@ -531,11 +544,11 @@ def test_leaky_model_rejects_non_leaks(passes, capsys, learner_model):
     assert not ok and "本身就泄漏" in out
 
 
-def test_param_count(passes, capsys):
+def test_param_count(passes, capsys, teacher):
     cfg = nb02.EXERCISE_CONFIG
     truth = count_parameters(GPT(cfg))["total"]
-    assert nb02.solution_param_count() == truth
-    assert nb02.solution_param_count(gc.config.preset("teacher")) == 4_861_184
+    assert teacher("nb02.param_count") == truth                     # 教师版按公式数出的
+    assert count_parameters(GPT(gc.config.preset("teacher")))["total"] == 4_861_184
     V, C, L, T, Hd = cfg.vocab_size, cfg.n_embd, cfg.n_layer, cfg.block_size, cfg.mlp_hidden
     assert Hd == 448 and 8 * C / 3 != Hd                             # 取整这一步真的会被考到
     cases = {truth + V * C: "输出头", truth + T * C: "位置表", truth + (2 * L + 1) * C: "β",
@@ -585,7 +598,7 @@ def test_student_edition_fallbacks_keep_the_learners_init(learner_model):
         torch.testing.assert_close(mine(idx), ref(idx)[0])
 
 
-def test_layernorm_rejects_eps_outside_the_sqrt_and_no_eps(passes):
+def test_layernorm_rejects_eps_outside_the_sqrt_and_no_eps(passes, teacher):
     """issue 33 第 4 条：eps 放在根号外、或根本不用 eps，检查器必须说“还不对”并点名。"""
     def outside(x, eps):
         mu = x.mean(-1, keepdim=True)
@@ -599,7 +612,7 @@ def test_layernorm_rejects_eps_outside_the_sqrt_and_no_eps(passes):
     assert not ok and "开方之后" in out
     ok, out = passes(nb02.layernorm, no_eps)
     assert not ok and "没有用到参数 eps" in out
-    assert passes(nb02.layernorm, nb02.solution_layernorm)[0]
+    assert passes(nb02.layernorm, teacher("nb02.layernorm"))[0]
 
 
 def test_gpt_model_sees_the_rope_base_and_a_missing_rope(passes):

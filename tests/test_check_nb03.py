@@ -1,4 +1,4 @@
-"""笔记本 03 的练习检查器：参考答案通过，典型错误各自得到指向真正错误的中文提示。"""
+"""笔记本 03 的练习检查器：教师版的答案单元格通过，典型错误各自得到指向真正错误的中文提示。"""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -12,14 +12,18 @@ from gptcourse.check._common import RESULTS
 from gptcourse.data import get_batch
 from gptcourse.train import estimate_loss, lr_at, param_groups
 
+# 教师版的答案单元格用到的、笔记本前文的名字：学员自己写过的零件，这里换成包里的
+LOOP_ENV = {"param_groups": param_groups, "lr_schedule": lr_at, "estimate_loss": estimate_loss}
 
-def test_exported_and_solutions_pass(passes, capsys, monkeypatch):
+
+def test_exported_and_solutions_pass(passes, capsys, monkeypatch, teacher):
     RESULTS.clear()                                                     # 只看这个测试里检查过的
     assert len(nb03.EXERCISES) >= 8 and set(nb03.PREDICTIONS) < set(nb03.EXERCISES)
     for name in nb03.EXERCISES:
         assert getattr(nb03, name).is_exercise, name
         if name not in nb03.PREDICTIONS:
-            assert passes(getattr(nb03, name), nb03.SOLUTIONS[name])[0], name
+            answer = teacher(f"nb03.{name}", **LOOP_ENV)
+            assert passes(getattr(nb03, name), answer)[0], name
     monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution("train_step")
     assert "zero_grad(set_to_none=True)" in capsys.readouterr().out
@@ -218,8 +222,8 @@ def test_estimate_loss_mistakes(passes, capsys):
     assert not ok and "manual_seed(seed)" in out and "'val'" in out
 
 
-def test_training_loop_mistakes(passes, capsys):
-    sol = nb03.solution_training_loop
+def test_training_loop_mistakes(passes, capsys, teacher):
+    sol = teacher("nb03.training_loop", **LOOP_ENV)
     assert passes(nb03.training_loop, sol)[0]
     ok, out = passes(nb03.training_loop,               # 批次不由 (seed, step) 决定
                      lambda m, d, v, cfg: sol(m, d, v, replace(cfg, seed=cfg.seed + 1)))
@@ -264,30 +268,25 @@ def _eval_without_train(model, splits, batch_size, block_size, n_batches, seed=1
         return _naive_eval(model, splits, batch_size, block_size, n_batches, seed)
 
 
-def test_training_loop_catches_evaluation_mode_mistakes(passes, capsys, monkeypatch):
+def test_training_loop_catches_evaluation_mode_mistakes(passes, capsys, teacher):
     """评审里被当成正确的错答案：评估在 train 模式、记录梯度（dropout > 0 的检查模型才看得出）。"""
     for wrong_eval, hint in ((_naive_eval, "评估也在 train 模式、记录梯度"),
                              (_eval_without_train, "model.train() 切回来")):
-        monkeypatch.setattr(nb03, "solution_estimate_loss", wrong_eval)
-        ok, out = passes(nb03.training_loop, nb03.solution_training_loop)
+        loop = teacher("nb03.training_loop", **(LOOP_ENV | {"estimate_loss": wrong_eval}))
+        ok, out = passes(nb03.training_loop, loop)
         assert not ok and hint in out, out
-    monkeypatch.undo()
-    assert passes(nb03.training_loop, nb03.solution_training_loop)[0]
+    assert passes(nb03.training_loop, teacher("nb03.training_loop", **LOOP_ENV))[0]
 
 
-def test_compare_loops_explains_which_step_diverged(capsys):
+def test_compare_loops_explains_which_step_diverged(capsys, teacher):
     """第 10 节的证明：不一致时说出是哪一步、为什么，而不是一个 assert_close 的 traceback。"""
     data, val = nb03._ids(11, 400), nb03._ids(12, 200)
     cfg = gc.train.TrainConfig(**nb03._LOOP_CFG)
     runs = {}
-    for who, est in (("ok", nb03.solution_estimate_loss), ("naive", _naive_eval)):
+    for who, est in (("ok", estimate_loss), ("naive", _naive_eval)):
         m = nb03._tiny_model(seed=5, **nb03._LOOP_DROPOUT)
-        orig = nb03.solution_estimate_loss
-        nb03.solution_estimate_loss = est
-        try:
-            runs[who] = (m, nb03.solution_training_loop(m, data, val, cfg))
-        finally:
-            nb03.solution_estimate_loss = orig
+        loop = teacher("nb03.training_loop", **(LOOP_ENV | {"estimate_loss": est}))
+        runs[who] = (m, loop(m, data, val, cfg))
     pkg = nb03._tiny_model(seed=5, **nb03._LOOP_DROPOUT)
     hist = gc.train.train(pkg, data, val, cfg)
     m, (losses, evals) = runs["ok"]
@@ -374,14 +373,14 @@ def test_title_targets_mistakes(passes, capsys):
     assert not ok and "书名号《》上还在算损失" in out
 
     def no_mask(pairs, tok):
-        ids, _ = nb03.solution_title_targets(pairs, tok)
+        ids, _ = gc.titled.encode(pairs, tok)
         return ids, ids.clone()
 
     ok, out = passes(nb03.title_targets, no_mask)
     assert not ok and "在题目里，目标应是 −1" in out
 
     def masks_eos(pairs, tok):
-        ids, y = nb03.solution_title_targets(pairs, tok)
+        ids, y = gc.titled.encode(pairs, tok)
         y[ids == tok.eos_id] = -1
         return ids, y
 
@@ -389,15 +388,17 @@ def test_title_targets_mistakes(passes, capsys):
     assert not ok and "诗末的换行" in out
 
     def no_brackets(pairs, tok):
-        return nb03.solution_title_targets([(t, b) for t, b in pairs], tok)[0][1:], None
+        return gc.titled.encode([(t, b) for t, b in pairs], tok)[0][1:], None
 
     ok, out = passes(nb03.title_targets, no_brackets)
     assert not ok
 
 
-def test_titled_step_mistakes(passes, capsys):
+def test_titled_step_mistakes(passes, capsys, teacher):
+    step_ = teacher("nb03.titled_step", lr_schedule=lr_at)
+
     def ignores_targets(model, opt, ids, targets, cfg, step):
-        return nb03.solution_titled_step(model, opt, ids, ids, cfg, step)
+        return step_(model, opt, ids, ids, cfg, step)
 
     ok, out = passes(nb03.titled_step, ignores_targets)
     assert not ok and "算进了题目的位置" in out

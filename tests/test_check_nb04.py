@@ -1,4 +1,4 @@
-"""笔记本 04 的练习检查器：参考答案必须通过，典型的错误答案必须被指出。"""
+"""笔记本 04 的练习检查器：教师版的答案单元格必须通过，典型的错误答案必须被指出。"""
 from __future__ import annotations
 
 import math
@@ -12,17 +12,10 @@ from gptcourse.acceptance import distinct_n
 from gptcourse.check import nb04
 from gptcourse.verse import poem_form
 
-GUESSES = {"guess_ledger": nb04.GUESS_LEDGER, "guess_zigzag": nb04.GUESS_ZIGZAG,
-           "guess_shuffled_tones": nb04.GUESS_SHUFFLED_TONES}
-
-
-def _answer(name):
-    return GUESSES[name] if name in GUESSES else nb04.SOLUTIONS[name]
-
 
 @pytest.mark.parametrize("name", nb04.EXERCISES)
-def test_reference_solutions_pass(name, capsys):
-    assert getattr(gc.check.nb04, name)(_answer(name)) is True
+def test_the_teacher_solution_passes(name, capsys, teacher):
+    assert getattr(gc.check.nb04, name)(teacher(f"nb04.{name}")) is True
     assert "正确 ✓" in capsys.readouterr().out
 
 
@@ -117,7 +110,7 @@ WRONG = {
                                             for i in range(len(p) - n + 1)})
     / max(1, sum(len(p) - n + 1 for p in poems)),      # 跨了标点
     "slow_token_losses": lambda model, tok, text, T, stride:      # 忘了开头的结束符
-    nb04.solution_slow_token_losses(model, tok, text, T, stride)[1:],
+    gc.evaluate.token_losses(model, tok, text, block_size=T, stride=stride)[1:],
     "bootstrap_interval": lambda items, stat, reps=1000, seed=0: (stat(items), stat(items)),
 }
 
@@ -135,33 +128,34 @@ def test_every_exercise_has_a_wrong_answer_test():
 def test_buggy_attention_really_is_buggy():
     q = k = v = torch.randn(1, 1, 4, 8)
     assert torch.isnan(nb04.buggy_attention(q, k, v)).any()
-    assert gc.check.fix_attention(nb04.buggy_attention) is False
+    assert gc.check.nb04.fix_attention(nb04.buggy_attention) is False
 
 
-def test_solutions_agree_with_the_package():
+def test_the_teacher_solutions_agree_with_the_package(teacher):
+    form_checker, distinct = teacher("nb04.form_checker"), teacher("nb04.distinct_ngrams")
     for poem in nb04.FORM_CASES:
-        assert nb04.solution_form_checker(poem) == poem_form(poem), poem
+        assert form_checker(poem) == poem_form(poem), poem
     val = gc.data.poems(gc.data.load_corpus("tang_5jue").val)
-    assert [nb04.solution_form_checker(p) for p in val] == [poem_form(p) for p in val]
+    assert [form_checker(p) for p in val] == [poem_form(p) for p in val]
     for n in (1, 2, 3):
-        assert nb04.solution_distinct_ngrams(val, n) == pytest.approx(distinct_n(val, n))
+        assert distinct(val, n) == pytest.approx(distinct_n(val, n))
 
 
 def test_checkers_report_exceptions_and_non_callables(capsys):
-    assert gc.check.bits_from_loss(42) is False
+    assert gc.check.nb04.bits_from_loss(42) is False
     assert "需要传入一个函数" in capsys.readouterr().out
 
     def boom(p):
         raise KeyError(p)
 
-    assert gc.check.form_checker(boom) is False
+    assert gc.check.nb04.form_checker(boom) is False
     assert "KeyError" in capsys.readouterr().out
 
 
 def test_show_solution(capsys, monkeypatch):
     monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution("fix_attention")
-    assert "def solution_fix_attention" in capsys.readouterr().out
+    assert "### BEGIN SOLUTION" in capsys.readouterr().out
 
 
 def _rhymes_with(all_ends=False, ze=False, first_pair=False):
@@ -194,12 +188,12 @@ def test_rhyme_check_typical_mistakes(capsys, wrong, needle):
     assert "还不对" in out and needle in out, out
 
 
-def test_rhyme_solution_equals_the_package_on_real_and_shuffled_poems():
+def test_rhyme_solution_equals_the_package_on_real_and_shuffled_poems(teacher):
     from gptcourse.verse import check_rhyme, shuffle_chars
     val = gc.data.poems(gc.data.load_corpus("tang_jinti").val)[:500]
     for group in (val, shuffle_chars(val, seed=3)):
         want = [check_rhyme(p).rhymes for p in group]
-        assert [nb04.solution_rhyme_check(p) for p in group] == want
+        assert [teacher("nb04.rhyme_check")(p) for p in group] == want
 
 
 # ---------------------------------------------------------------- slow_token_losses
@@ -221,7 +215,7 @@ def test_slow_token_losses_accepts_the_package_and_rejects_the_classic_bugs(pass
     assert not ok and "滑动窗口" in out and "window_plan" in out
 
     def no_eos(model, tok, text, T, stride):       # 忘了开头的结束符：少一个位置
-        return nb04.solution_slow_token_losses(model, tok, text, T, stride)[1:]
+        return gc.evaluate.token_losses(model, tok, text, block_size=T, stride=stride)[1:]
 
     ok, out = passes(gc.check.nb04.slow_token_losses, no_eos)
     assert not ok and "eos_id" in out

@@ -13,11 +13,11 @@ GUESSES = {"guess_frequency": nb05.GUESS_FREQUENCY, "guess_offset": nb05.GUESS_O
 
 
 @pytest.mark.parametrize("name", [n for n in nb05.EXERCISES if n not in GUESSES])
-def test_solutions_pass_and_are_registered(passes, capsys, name, monkeypatch):
-    assert passes(getattr(gc.check.nb05, name), nb05.SOLUTIONS[name])[0]
+def test_the_teacher_solution_passes(passes, capsys, name, monkeypatch, teacher):
+    assert passes(getattr(gc.check.nb05, name), teacher(f"nb05.{name}"))[0]
     monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution(f"nb05.{name}")
-    assert f"def solution_{name}" in capsys.readouterr().out
+    assert "### BEGIN SOLUTION" in capsys.readouterr().out
 
 
 def test_top_p_that_drops_the_crossing_token_fails(passes, capsys):
@@ -27,7 +27,7 @@ def test_top_p_that_drops_the_crossing_token_fails(passes, capsys):
         remove[order] = torch.cumsum(s.softmax(-1), -1) > p
         return logits.masked_fill(remove, float("-inf"))
 
-    ok, out = passes(gc.check.top_p, wrong)
+    ok, out = passes(gc.check.nb05.top_p, wrong)
     assert not ok and "越过 p" in out
 
 
@@ -38,7 +38,7 @@ def test_penalty_that_divides_negative_logits_fails(passes, capsys):
             out[i] = out[i] / penalty
         return out
 
-    ok, out = passes(gc.check.repetition_penalty, wrong)
+    ok, out = passes(gc.check.nb05.repetition_penalty, wrong)
     assert not ok and "负 logit 应该乘以 penalty" in out
 
 
@@ -48,12 +48,12 @@ def test_temperature_without_error_for_negative_tau_fails(passes, capsys):
             return torch.nn.functional.one_hot(logits.argmax(), logits.numel()).float()
         return torch.softmax(logits / tau, -1)
 
-    ok, out = passes(gc.check.temperature_softmax, no_check)
+    ok, out = passes(gc.check.nb05.temperature_softmax, no_check)
     assert not ok and "ValueError" in out
 
 
 def test_kv_bytes_hint_and_values(passes, capsys):
-    ok, out = passes(gc.check.kv_cache_bytes, lambda L, B, T, C, b: L * B * T * C * b)
+    ok, out = passes(gc.check.nb05.kv_cache_bytes, lambda L, B, T, C, b: L * B * T * C * b)
     assert not ok and "乘 2" in out
     assert nb05.solution_kv_cache_bytes(12, 1, 1024, 768) == 75_497_472 == 72 * 2**20
     assert math.isclose(nb05.solution_kv_cache_bytes(4, 1, 128, 256) / 2**20, 1.0)
@@ -67,7 +67,7 @@ def test_top_p_without_the_p_equals_one_rule_fails_on_every_cpu(passes, capsys):
         remove[order] = torch.cumsum(probs, -1) - probs >= p
         return logits.masked_fill(remove, float("-inf"))
 
-    ok, out = passes(gc.check.top_p, no_rule)
+    ok, out = passes(gc.check.nb05.top_p, no_rule)
     assert not ok and "p ≥ 1" in out
 
 
@@ -82,7 +82,7 @@ def test_top_p_check_ignores_ties_at_the_boundary(passes, capsys):
         remove[order] = torch.cumsum(probs, -1) - probs >= p
         return logits.masked_fill(remove, float("-inf"))
 
-    assert passes(gc.check.top_p, in_float64)[0]
+    assert passes(gc.check.nb05.top_p, in_float64)[0]
 
 
 
@@ -244,7 +244,7 @@ def test_rhyme_mask_rejects_the_classic_bugs(passes, kind, words):
 
 def test_rhyme_mask_rejects_punctuation_and_wrong_shapes(passes):
     def with_comma(tok, feet, first=""):
-        m = nb05.solution_rhyme_mask(tok, feet, first).clone()
+        m = nb05._rhyme_variant(tok, feet, first, "right").clone()
         m[tok.encode("，")[0]] = True
         return m
 
@@ -270,7 +270,8 @@ def test_rhyme_mask_solution_is_the_constraints_mask_on_real_poems():
         for i, line in enumerate(lines):
             if i % 2 == 1:
                 prefix = poem[:pos + len(line) - 1]
-                assert torch.equal(nb05.solution_rhyme_mask(tok, feet, first), vc.allowed(prefix))
+                want = nb05._rhyme_variant(tok, feet, first, "right")
+                assert torch.equal(want, vc.allowed(prefix))
                 feet += line[-1]
                 n += 1
             first = first or line[-1]
@@ -307,8 +308,8 @@ def _decode_tau_after_softmax(model, tok, prompt, max_new_tokens, temperature, s
     return tok.decode(ids[1:])
 
 
-def test_decode_loop_rejects_the_temperature_after_softmax(passes):
+def test_decode_loop_rejects_the_temperature_after_softmax(passes, teacher):
     """issue 33 第 4 条：小模型的分布几乎均匀时看不出温度放错；检查器用一个分布很尖的模型。"""
     ok, out = passes(gc.check.nb05.decode_loop, _decode_tau_after_softmax)
     assert not ok and "softmax 之前" in out
-    assert passes(gc.check.nb05.decode_loop, nb05.solution_decode_loop)[0]
+    assert passes(gc.check.nb05.decode_loop, teacher("nb05.decode_loop"))[0]

@@ -1,5 +1,5 @@
-"""检查器的登记表：每个练习都有检查器、参考答案和笔记本里的评分单元格；键带章节；
-包里自己的函数交上去也必须通过检查（参考答案是包的一份拷贝，拷贝不能走样）。"""
+"""检查器的登记表：每个练习都有检查器、教师版里的答案单元格（唯一的参考答案，show_solution
+打印它）和评分单元格；键带章节；包里自己的函数交上去也必须通过检查（检查器的参考就是包）。"""
 from __future__ import annotations
 
 import importlib
@@ -35,25 +35,58 @@ def _grade_ids(chapter: str) -> dict[str, str]:
     return out
 
 
+def _cells(chapter: str, flag: str) -> dict[str, nbformat.NotebookNode]:
+    """nbgrader 的答案单元格（flag="solution"）或评分单元格（"grade"）：练习名 → 单元格。"""
+    out = {}
+    for cell in _notebook(chapter).cells:
+        meta = cell.get("metadata", {}).get("nbgrader", {})
+        gid = meta.get("grade_id", "")
+        if meta.get(flag) and gid.startswith(f"{chapter}-"):
+            name = gid.removeprefix(f"{chapter}-")
+            out[(name.removesuffix("-check") if flag == "grade" else name).replace("-", "_")] = cell
+    return out
+
+
 @pytest.mark.parametrize("chapter", CHAPTERS)
-def test_every_exercise_has_a_checker_a_solution_and_a_grade_id(chapter):
+def test_every_exercise_has_a_checker_a_solution_cell_and_a_grade_id(chapter, capsys, monkeypatch):
+    """每个练习：检查器、教师版里的答案单元格（show_solution 打印的正是它，参考答案只有这一份）
+    和评分单元格；__all__ 就是练习表。"""
     mod = importlib.import_module(f"gptcourse.check.{chapter}")
-    checks = _grade_ids(chapter)
+    checks, solutions = _grade_ids(chapter), _cells(chapter, "solution")
     assert len(mod.EXERCISES) >= 8 and len(set(mod.EXERCISES)) == len(mod.EXERCISES)
+    assert mod.__all__ == list(mod.EXERCISES)
+    monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")
     for name in mod.EXERCISES:
         checker = getattr(mod, name)
         assert checker.is_exercise and checker.key == f"{chapter}.{name}", name
-        assert name in mod.SOLUTIONS, f"{chapter}.{name} 没有参考答案"
-        assert _common.SOLUTIONS[f"{chapter}.{name}"] is mod.SOLUTIONS[name]
         assert name in checks, f"{chapter}.{name} 在笔记本里没有评分单元格"
         assert re.search(rf"\b{name}\(", checks[name]), (name, checks[name])
-    assert set(checks) == set(mod.EXERCISES), set(checks) ^ set(mod.EXERCISES)
-    assert set(mod.SOLUTIONS) == set(mod.EXERCISES)
+        cell = solutions[name].source
+        assert "### BEGIN SOLUTION" in cell and _common.solution_cell(f"{chapter}.{name}") == cell
+        assert gc.check.show_solution(f"{chapter}.{name}") is True
+        assert capsys.readouterr().out == cell + "\n"
+    assert set(checks) == set(mod.EXERCISES) == set(solutions), set(checks) ^ set(mod.EXERCISES)
+
+
+@pytest.mark.parametrize("chapter", CHAPTERS)
+def test_the_teacher_solution_passes_its_checker(chapter):
+    """教师版的答案单元格通过了检查：提交的完整运行里每个评分单元格都打印“正确 ✓”
+    （笔记本测试在快速模式里重新执行它们）。"""
+    for name, cell in _cells(chapter, "grade").items():
+        out = "".join(o.get("text", "") for o in cell.get("outputs", []))
+        assert "正确 ✓" in out and "还不对" not in out, (chapter, name, out[:300])
+
+
+def test_fallbacks_are_the_ones_the_notebooks_use():
+    """学生版的代替品只登记笔记本里 ``gc.check.fallback("…")`` 用到的，一个不多。"""
+    used = set()
+    for chapter in CHAPTERS:
+        for cell in _notebook(chapter).cells:
+            used |= set(re.findall(r'gc\.check\.fallback\("(nb0\d\.\w+)"', cell.source))
+    assert used == set(_common.FALLBACKS)
 
 
 def test_keys_are_chapter_qualified_so_guess_offset_is_two_exercises(capsys, monkeypatch):
-    assert _common.SOLUTIONS["nb02.guess_offset"]() == 5
-    assert _common.SOLUTIONS["nb05.guess_offset"]() == "B"
     gc.check.nb02.guess_offset(5)
     gc.check.nb05.guess_offset("A")
     assert _common.RESULTS["nb02.guess_offset"]["passed"] is True
@@ -63,9 +96,14 @@ def test_keys_are_chapter_qualified_so_guess_offset_is_two_exercises(capsys, mon
     assert all(set(r) == {"key", "chapter", "exercise", "passed", "message"} for r in both)
     monkeypatch.setenv("GPTCOURSE_SOLUTIONS", "1")             # 老师打开了参考答案
     gc.check.show_solution("nb05.guess_offset")
-    assert 'return "B"' in capsys.readouterr().out
+    assert 'guess_offset = "B"' in capsys.readouterr().out
+    gc.check.show_solution("nb02.guess_offset")
+    assert "guess_offset = 5" in capsys.readouterr().out
     with pytest.raises(ValueError, match="nb02.guess_offset"):
         gc.check.show_solution("guess_offset")
+    with pytest.raises(ValueError, match="可选"):
+        gc.check.show_solution("nb02.nope")
+    assert not hasattr(gc.check, "guess_offset")                 # 没有不带章节的扁平名字
 
 
 def test_one_letter_judge_for_every_chapter(capsys):
@@ -144,29 +182,6 @@ def test_the_packages_own_function_passes_the_checker(key, passes):
     assert ok, out
 
 
-@pytest.mark.parametrize("chapter", CHAPTERS)
-def test_every_reference_solution_passes_its_checker(chapter, passes):
-    """参考答案（solution_*）本身必须通过：预测题的答案是一个值，需要测量的题给一组测量值。"""
-    mod = importlib.import_module(f"gptcourse.check.{chapter}")
-    measured = {"predict_init_loss": (8.8, 6436), "predict_bf16_gap": (0.0004, 0.25),
-                "predict_overfit": ({"evals": [{"val": 6.5}, {"val": 6.0}, {"val": 6.6}]},),
-                "predict_windows": (5.9, 5.5), "predict_title_loss": (10.8, 5.46)}
-    for name in mod.EXERCISES:
-        ref = mod.SOLUTIONS[name]
-        if name == "leaky_model":
-            args = (ref, _learner_model())
-        elif name in ("gpt_block", "gpt_model", "mlp", "rmsnorm", "attention_module"):
-            continue                  # 一个方法，不是类：test_check_nb02 把它装进类里测
-        elif isinstance(ref, tuple):
-            args = ref
-        elif name.startswith(("guess_", "predict_")) or name == "param_count":
-            args = (ref(), *measured.get(name, ()))
-        else:
-            args = (ref,)
-        ok, out = passes(getattr(mod, name), *args)
-        assert ok, (name, out)
-
-
 def test_show_solution_refuses_until_the_teacher_enables_it(capsys, monkeypatch):
     """学生版（默认）：show_solution 只说一句“不显示”，不打印答案；老师打开之后才打印。"""
     monkeypatch.delenv("GPTCOURSE_SOLUTIONS", raising=False)
@@ -193,7 +208,7 @@ def test_fallback_hides_the_solution_name_and_source():
     import inspect
 
     f = gc.check.fallback("nb02.causal_mask")
-    assert f(3).tolist() == _common.SOLUTIONS["nb02.causal_mask"](3).tolist()
+    assert f(3).tolist() == torch.tril(torch.ones(3, 3)).bool().tolist()
     assert "solution" not in f.__name__ and not hasattr(f, "__wrapped__")
     assert "tril" not in inspect.getsource(f)
     with pytest.raises(ValueError, match="可选"):

@@ -1,4 +1,4 @@
-"""所有练习检查器共用的工具：提示、参考答案登记表、评分工具读取的结果表，以及学生版用的“先用包里的”。
+"""所有练习检查器共用的工具：提示、参考答案（教师版的答案单元格）、评分工具读取的结果表，以及学生版用的“先用包里的”。
 
 约定（``gptcourse.classroom`` 的学生版与自动评分都依赖它）：
 
@@ -12,8 +12,9 @@
   每次检查的结果记在 ``RESULTS["nb02.guess_offset"]``，内容是
   ``{"key": "nb02.guess_offset", "chapter": "nb02", "exercise": "guess_offset", "passed": bool,
   "message": str}``；评分工具在笔记本跑完之后读取 ``results()``（这些字典的列表）；
-- 参考答案登记在 ``SOLUTIONS["nb02.guess_offset"]``（各章用 ``register`` 登记，章节模块里的
-  ``SOLUTIONS`` 是本章的、不带章节的那一份）；
+- 参考答案只有一份：教师版笔记本里的答案单元格（``### BEGIN SOLUTION``），``show_solution``
+  打印的就是它；检查器要参考实现时用包里的函数。学生版的代替品（``fallback``）登记在
+  ``FALLBACKS["nb02.causal_mask"]``（各章用 ``register`` 登记）；
 - 学生版里，用到学员函数的单元格写成 ``mine(学员的函数, fallback=包里的版本, label="练习 3")``：
   写完了就用学员的，还是存根就先用包里的，并且只说一次；证明单元格写成
   ``if ready("练习 3", 学员的函数): …``，存根时打印“还没完成”而不是报错。
@@ -27,7 +28,7 @@ import re
 import sys
 from collections.abc import Callable
 
-SOLUTIONS: dict[str, Callable | tuple] = {}    # "nbXX.练习名" → 参考答案（函数或几个函数）
+FALLBACKS: dict[str, Callable | tuple] = {}    # "nbXX.练习名" → 学生版的代替品（fallback 用）
 RESULTS: dict[str, dict] = {}                  # "nbXX.练习名" → 最近一次检查的结果
 _LAST: dict[str, str] = {}                     # 正在运行的检查器最后一句提示
 _NOTED: set[str] = set()                       # 已经说过“还没完成：先用包里的”的练习
@@ -48,23 +49,48 @@ def chapter_of(module: str) -> str:
     return m.group(0)
 
 
-def register(chapter: str, solutions: dict[str, Callable]) -> dict[str, Callable]:
-    """把一章的参考答案登记成 ``"nbXX.练习名"``，返回原字典（章节模块里的 ``SOLUTIONS``）。"""
-    for name, fn in solutions.items():
-        SOLUTIONS[f"{chapter}.{name}"] = fn
-    return solutions
+def register(chapter: str, fallbacks: dict[str, Callable | tuple]) -> dict[str, Callable | tuple]:
+    """把一章学生版的代替品登记成 ``"nbXX.练习名"``（``fallback`` 用），返回原字典。"""
+    for name, fn in fallbacks.items():
+        FALLBACKS[f"{chapter}.{name}"] = fn
+    return fallbacks
+
+
+@functools.cache
+def solution_cells() -> dict[str, str]:
+    """教师版笔记本里每个练习的答案单元格：``"nb02.causal_mask"`` → 源码，按章节、按出现的顺序。
+    答案单元格是 nbgrader 的 solution 单元格，grade_id 是 ``nbXX-练习名``（练习名里的 ``_``
+    也可以写成 ``-``）。参考答案只有这一份。"""
+    import json
+
+    from ..runtime import ROOT
+
+    cells = {}
+    for path in sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            meta = cell.get("metadata", {}).get("nbgrader", {})
+            gid = meta.get("grade_id", "")
+            if meta.get("solution") and _CHAPTER.match(gid):
+                cells[gid[:4] + "." + gid[5:].replace("-", "_")] = "".join(cell["source"])
+    return cells
 
 
 def solution_key(name: str) -> str:
     """``"nb05.guess_offset"`` 原样返回；不带章节的名字只在恰好一章有它时才认得。"""
-    if name in SOLUTIONS:
+    keys = solution_cells()
+    if name in keys:
         return name
-    hits = [k for k in SOLUTIONS if k.split(".", 1)[1] == name]
+    hits = [k for k in keys if k.split(".", 1)[1] == name]
     if len(hits) == 1:
         return hits[0]
     if hits:
         raise ValueError(f"有几章都有练习 {name!r}：{'、'.join(hits)}，请写上章节，如 {hits[-1]!r}")
-    raise ValueError(f"没有名为 {name!r} 的练习；可选：{', '.join(SOLUTIONS)}")
+    raise ValueError(f"没有名为 {name!r} 的练习；可选：{', '.join(keys)}")
+
+
+def solution_cell(name: str) -> str:
+    """练习 ``name`` 在教师版笔记本里的答案单元格的源码（``show_solution`` 打印的就是它）。"""
+    return solution_cells()[solution_key(name)]
 
 
 SOLUTIONS_ENV = "GPTCOURSE_SOLUTIONS"
@@ -85,7 +111,8 @@ def enable_solutions(on: bool = True) -> None:
 
 
 def show_solution(name: str) -> bool:
-    """（教师版）打印某个练习的参考答案源代码；名字写成 ``"nb05.guess_offset"``。
+    """（教师版）打印某个练习的参考答案：教师版笔记本里它自己的答案单元格；名字写成
+    ``"nb05.guess_offset"``。
 
     老师没有打开（``enable_solutions()`` 或 ``GPTCOURSE_SOLUTIONS=1``）时只说一句“不显示”，
     返回 False：学生版里没有打印答案的办法。"""
@@ -94,20 +121,20 @@ def show_solution(name: str) -> bool:
         print(f"参考答案只在教师版里显示（{key}）：老师先运行 gc.check.enable_solutions()，"
               f"或设环境变量 {SOLUTIONS_ENV}=1")
         return False
-    ref = SOLUTIONS[key]
-    for fn in ref if isinstance(ref, tuple) else (ref,):          # 一题两个函数：依次打印
-        print(inspect.getsource(fn))
+    print(solution_cell(key))
     return True
 
 
 def fallback(key: str, which: int | None = None) -> Callable:
-    """学生版的代替品：练习 ``key``（如 ``"nb02.causal_mask"``）的参考实现，包成一个不带
-    名字、不带源码链接的函数，给 ``mine(..., fallback=...)`` 用——学生版的单元格里
-    不出现 ``solution_*`` 的名字，``??`` 也看不到答案。一题有几个参考函数时（如
+    """学生版的代替品：练习 ``key``（如 ``"nb02.causal_mask"``）登记的代替品（包里的函数，
+    包里没有时是检查器用的参考实现），包成一个不带名字、不带源码链接的函数，给
+    ``mine(..., fallback=...)`` 用——``??`` 也看不到答案。一题有几个代替品时（如
     ``"nb02.split_merge_heads"``），``which`` 选第几个。"""
-    ref = SOLUTIONS[solution_key(key)]
+    if key not in FALLBACKS:
+        raise ValueError(f"练习 {key!r} 没有代替品；可选：{', '.join(FALLBACKS)}")
+    ref = FALLBACKS[key]
     if isinstance(ref, tuple) != (which is not None):
-        raise ValueError(f"{key}：一题几个参考函数时要给 which（第几个），只有一个时不给")
+        raise ValueError(f"{key}：一题几个代替品时要给 which（第几个），只有一个时不给")
     if which is not None:
         ref = ref[which]
 
@@ -115,7 +142,7 @@ def fallback(key: str, which: int | None = None) -> Callable:
         return ref(*args, **kwargs)
 
     standin.__name__ = standin.__qualname__ = key.replace(".", "_")
-    standin.__doc__ = f"练习 {key} 的代替品（包里的参考实现）。"
+    standin.__doc__ = f"练习 {key} 的代替品（包里的版本）。"
     return standin
 
 

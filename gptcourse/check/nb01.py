@@ -1,83 +1,49 @@
-"""笔记本 01（数据与分词）的练习检查器与参考答案。
+"""笔记本 01（数据与分词）的练习检查器。
 
-每个检查器都用几组输入调用你的函数，与参考答案逐一比较；第一个不一致的输入会被打印出来，
-方便你定位问题。参考答案就是本文件里的 ``solution_*`` 函数，用 ``show_solution`` 查看。
+每个检查器都用几组输入调用你的函数，与包里的版本（``gc.bpe``、``gc.data``、``gc.tokenizer``）
+逐一比较；第一个不一致的输入会被打印出来，方便你定位问题。参考答案是教师版笔记本里的答案单元格，
+老师用 ``show_solution("nb01.名字")`` 查看。
 """
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 
-from ._common import _call, _compare, _fail, _ok, exercise, register
+import torch
 
-__all__ = ["build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encode", "bpe_decode",
-           "guess_compression", "guess_leak", "split_by_poem", "near_duplicate", "shift_xy",
-           "EXERCISES", "SOLUTIONS"]
+from ..bpe import get_stats, merge
+from ..data import WindowDataset, split_of
+from ..tokenizer import CharTokenizer
+from ._common import _call, _compare, _fail, _ok, exercise
 
-# 本笔记本的练习，按出现顺序（检查器名 == 参考答案名）；SOLUTIONS 是各笔记本共用的登记表
+# 本笔记本的练习，按出现顺序
 EXERCISES = ("build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encode", "bpe_decode",
              "guess_compression", "split_by_poem", "near_duplicate", "guess_leak", "shift_xy")
+__all__ = list(EXERCISES)
 
 _POEMS = "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n白日依山尽，黄河入海流。\n"
 
 
-# ---------------------------------------------------------------- 参考答案
-def solution_build_vocab(text: str) -> tuple[dict[str, int], list[str]]:
-    """字符表：按字符排序分配 id（同一文本永远得到同一词表）。"""
-    itos = sorted(set(text))
-    stoi = {ch: i for i, ch in enumerate(itos)}
-    return stoi, itos
+# ---------------------------------------------------------------- 参考：包里的函数
+def _vocab(text: str) -> tuple[dict[str, int], list[str]]:
+    """``CharTokenizer`` 的字符表去掉 id 0 的 ``<unk>``：按字符排序分配 id。"""
+    itos = CharTokenizer.from_text(text).itos[1:]
+    return {ch: i for i, ch in enumerate(itos)}, itos
 
 
-def solution_count_pairs(ids: list[int]) -> dict[tuple[int, int], int]:
-    """数相邻 id 对的出现次数。"""
-    counts: dict[tuple[int, int], int] = {}
-    for pair in zip(ids, ids[1:]):
-        counts[pair] = counts.get(pair, 0) + 1
-    return counts
+def _window(ids: list[int], start: int, block_size: int) -> tuple[list[int], list[int]]:
+    x, y = WindowDataset(torch.tensor(ids), block_size)[start]
+    return x.tolist(), y.tolist()
 
 
-def solution_merge_pair(ids: list[int], pair: tuple[int, int], idx: int) -> list[int]:
-    """从左到右把不重叠的 pair 替换成 idx。"""
-    out, i = [], 0
-    while i < len(ids):
-        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == tuple(pair):
-            out.append(idx)
-            i += 2
-        else:
-            out.append(ids[i])
-            i += 1
-    return out
+def _splits(text: str) -> dict[str, str]:
+    """``gc.data.split_of`` 把每首诗分到 train/val/test，保持原有顺序。"""
+    parts = {"train": "", "val": "", "test": ""}
+    for poem in filter(str.strip, text.split("\n")):
+        parts[split_of(poem)] += poem + "\n"
+    return parts
 
 
-def solution_shift_xy(ids: list[int], start: int, block_size: int) -> tuple[list[int], list[int]]:
-    """从 start 开始取一个训练窗口：y 是 x 向右错一位。"""
-    if start < 0 or start + block_size + 1 > len(ids):
-        raise ValueError("窗口超出了序列范围")
-    return list(ids[start:start + block_size]), list(ids[start + 1:start + block_size + 1])
-
-
-def solution_split_by_poem(text: str) -> dict[str, str]:
-    """按内容哈希把每首诗分到 train/val/test（与 data/ 的规则相同），保持原有顺序。"""
-    parts: dict[str, list[str]] = {"train": [], "val": [], "test": []}
-    for poem in text.split("\n"):
-        if not poem.strip():
-            continue
-        h = int(hashlib.sha256(poem.encode("utf-8")).hexdigest()[:8], 16) % 100
-        split = "train" if h < 90 else ("val" if h < 95 else "test")
-        parts[split].append(poem + "\n")
-    return {k: "".join(v) for k, v in parts.items()}
-
-
-SOLUTIONS = {                                   # 本章的参考答案（不带章节）；登记见下面的 register
-    "build_vocab": solution_build_vocab,
-    "count_pairs": solution_count_pairs,
-    "merge_pair": solution_merge_pair,
-    "shift_xy": solution_shift_xy,
-    "split_by_poem": solution_split_by_poem,
-}
-from . import nb01_bpe as _bpe  # noqa: E402  BPE 与数据卫生的练习（一个模块放不下）
-from .nb01_bpe import (  # noqa: E402,F401
+from .nb01_bpe import (  # noqa: E402,F401  BPE 与数据卫生的练习（一个模块放不下）
     bpe_decode,
     bpe_encode,
     bpe_train,
@@ -85,8 +51,6 @@ from .nb01_bpe import (  # noqa: E402,F401
     guess_leak,
     near_duplicate,
 )
-
-SOLUTIONS = register("nb01", {**SOLUTIONS, **_bpe.SOLUTIONS_BPE})
 
 
 # ---------------------------------------------------------------- 检查器
@@ -99,7 +63,7 @@ def build_vocab(fn: Callable[[str], tuple[dict, list]]) -> bool:
         stoi, itos = v
         return dict(stoi), list(itos)
 
-    return _compare(fn, solution_build_vocab, cases, "build_vocab", norm)
+    return _compare(fn, _vocab, cases, "build_vocab", norm)
 
 
 @exercise
@@ -107,7 +71,7 @@ def count_pairs(fn: Callable[[list[int]], dict]) -> bool:
     """练习：``fn(ids) -> {(a, b): 次数}``，即 get_stats。"""
     cases = [([1, 2, 3, 1, 2],), ([97, 97, 97],), ([5],), ([],),
              (list("春风又绿江南岸".encode("utf-8")),)]
-    return _compare(fn, solution_count_pairs, cases, "count_pairs", dict)
+    return _compare(fn, get_stats, cases, "count_pairs", dict)
 
 
 @exercise
@@ -116,7 +80,7 @@ def merge_pair(fn: Callable[[list[int], tuple[int, int], int], list[int]]) -> bo
     cases = [([1, 2, 3, 1, 2], (1, 2), 4), ([97, 97, 97], (97, 97), 256),
              ([97, 97, 97, 97], (97, 97), 256), ([1, 2], (2, 1), 9), ([], (1, 2), 3),
              ([1, 2, 1], (1, 2), 300)]
-    return _compare(fn, solution_merge_pair, cases, "merge_pair", list)
+    return _compare(fn, merge, cases, "merge_pair", list)
 
 
 @exercise
@@ -132,11 +96,11 @@ def shift_xy(fn: Callable[[list[int], int, int], tuple]) -> bool:
     for args in cases:                              # 先安静地比一遍；有不同就让 _compare 报告
         got, err = _call(fn, *args)
         try:
-            same = err is None and norm(got) == norm(solution_shift_xy(*args))
+            same = err is None and norm(got) == norm(_window(*args))
         except Exception:  # noqa: BLE001
             same = False
         if not same:
-            return _compare(fn, solution_shift_xy, cases, "shift_xy", norm)
+            return _compare(fn, _window, cases, "shift_xy", norm)
     # 窗口越界：x 或 y 会被截短。16 = len − T 是最常见的差一错误（只检查了 start + T ≤ len，
     # 忘了 y 还要多一个 id）：x 有 4 个，y 只有 3 个
     for start in (len(ids) - 4, 17, -1):
@@ -167,7 +131,7 @@ def split_by_poem(fn: Callable[[str], dict]) -> bool:
             return _fail(f"split_by_poem(...) {err}")
         if not isinstance(got, dict) or set(got) != {"train", "val", "test"}:
             return _fail("应返回 {'train': …, 'val': …, 'test': …} 三个键的字典")
-        want = solution_split_by_poem(text)
+        want = _splits(text)
         if got == want:
             continue
         where = {}

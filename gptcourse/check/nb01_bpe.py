@@ -1,95 +1,17 @@
 """笔记本 01 的第二组练习：亲手写字节级 BPE（训练、编码、解码）、两道预测题、近似重复的判据。
 
-参考答案与包里的实现（``gptcourse.bpe``、``gptcourse.data``）逐字节一致：检查器就是拿包来对答案的。
+检查器拿包里的实现（``gptcourse.bpe``、``gptcourse.data``）来对答案，逐字节比较。
 """
 from __future__ import annotations
 
-from ..bpe import BPETokenizer, get_stats, merge, split_chunks
-from ..data import near_duplicate_groups, normalize_variants
+from ..bpe import BPETokenizer, get_stats, merge
+from ..data import near_duplicate_groups
 from ._common import _call, _fail, _ok, choice, exercise
 
 _TEXT = ("床前明月光，疑是地上霜。举头望明月，低头思故乡。\n"
          "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\n"
          "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。\n"
          "明月松间照，清泉石上流。明月几时有，春风又绿江南岸。\n")
-
-
-# ---------------------------------------------------------------- 参考答案
-def solution_bpe_train(text: str, vocab_size: int) -> dict[tuple[int, int], int]:
-    """朴素的 BPE 训练：每一轮把所有块重新数一遍，合并出现最多的一对（并列取最小的一对）。"""
-    chunks = [list(c.encode("utf-8")) for c in split_chunks(text)]     # 合并不跨块
-    merges: dict[tuple[int, int], int] = {}
-    for idx in range(256, vocab_size):
-        counts: dict[tuple[int, int], int] = {}
-        for ids in chunks:
-            get_stats(ids, counts)
-        if not counts:
-            break
-        pair = min(counts, key=lambda p: (-counts[p], p))
-        merges[pair] = idx
-        chunks = [merge(ids, pair, idx) for ids in chunks]
-    return merges
-
-
-def solution_bpe_encode(text: str, merges: dict[tuple[int, int], int]) -> list[int]:
-    """编码：每块从字节出发，反复合并“学得最早”（新 id 最小）的那一对，直到没有可合并的。"""
-    out: list[int] = []
-    for chunk in split_chunks(text):
-        ids = list(chunk.encode("utf-8"))
-        while len(ids) >= 2:
-            pair = min(zip(ids, ids[1:]), key=lambda p: merges.get(p, float("inf")))
-            if pair not in merges:
-                break
-            ids = merge(ids, pair, merges[pair])
-        out.extend(ids)
-    return out
-
-
-def solution_bpe_decode(ids: list[int], merges: dict[tuple[int, int], int]) -> str:
-    """解码：id → 字节串，拼起来再按 UTF-8 解码；不完整的字节显示为 “�”。"""
-    vocab = {i: bytes([i]) for i in range(256)}
-    for (a, b), idx in merges.items():                                  # 按学到的顺序
-        vocab[idx] = vocab[a] + vocab[b]
-    return b"".join(vocab[i] for i in ids).decode("utf-8", errors="replace")
-
-
-def solution_guess_compression() -> str:
-    return "A"          # 字符分词每字正好 1 个词元；同样 1024 的 BPE 要用字节片段拼罕见字
-
-
-def solution_guess_leak() -> str:
-    return "C"          # 复制 50 遍再按位置切：验证集的每一句都在训练集里出现过
-
-
-def solution_near_duplicate(a: str, b: str) -> bool:
-    """两首诗是不是同一首（的不同版本）：归一异体字后，较短那首至少一半的句子在另一首里
-    有至多差一个字的同长句子。"""
-    def lines(p):
-        out, cur = [], ""
-        for ch in normalize_variants(p):
-            if ch in "，。？！；":
-                out.append(cur)
-                cur = ""
-            else:
-                cur += ch
-        return [s for s in out + [cur] if s]
-
-    def close(x, y):
-        return len(x) == len(y) and sum(c != d for c, d in zip(x, y)) <= 1
-
-    la, lb = lines(a), lines(b)
-    shared = sum(any(close(x, y) for y in lb) for x in la)
-    return 2 * shared >= min(len(la), len(lb))
-
-
-SOLUTIONS_BPE = {
-    "bpe_train": solution_bpe_train,
-    "bpe_encode": solution_bpe_encode,
-    "bpe_decode": solution_bpe_decode,
-    "guess_compression": solution_guess_compression,
-    "guess_leak": solution_guess_leak,
-    "near_duplicate": solution_near_duplicate,
-}
 
 
 # ---------------------------------------------------------------- 检查器

@@ -1,9 +1,10 @@
 """笔记本 02（注意力与因果掩码）的练习检查器。
 
 用法：``gc.check.nb02.causal_mask(你的函数)`` 打印“正确 ✓”或一句说明哪里不对的中文，并返回
-True / False。参考答案是本文件里的 ``solution_*``，登记在共用的 ``SOLUTIONS`` 表里，
-``gc.check.show_solution("causal_mask")`` 会打印它的源代码。``EXERCISES`` 按笔记本里出现的
-顺序列出本章的练习；“先猜一猜”的预测题（``guess_*``）也是练习，答案在实验之前填写。
+True / False。检查器的参考是包里的函数（``gc.model``、``gc.rope``）；包里没有的几个小函数
+（``solution_*``）也是学生版的代替品。参考答案是教师版笔记本里的答案单元格，老师用
+``gc.check.show_solution("nb02.causal_mask")`` 查看。``EXERCISES`` 按笔记本里出现的顺序列出
+本章的练习；“先猜一猜”的预测题（``guess_*``）也是练习，答案在实验之前填写。
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import torch.nn.functional as F
 
 from ..model import causal_attention
 from ._common import _call, _fail, _ok, choice, exercise, register
-from .nb02_model import (  # noqa: F401
+from .nb02_model import (  # noqa: F401  本章的检查器都从 gc.check.nb02 取
     _CFGS,
     EXERCISE_CONFIG,
     gpt_block,
@@ -25,43 +26,27 @@ from .nb02_model import (  # noqa: F401
     reference_attention_module,
     reference_block,
     reference_gpt,
-    solution_block_forward,
-    solution_gpt_forward,
     solution_make_leaky,
-    solution_param_count,
 )
 from .nb02_parts import (  # noqa: F401
     attention_module,
     mlp,
     rmsnorm,
     rope_rotate,
-    solution_mlp_forward,
-    solution_rmsnorm_forward,
     solution_rope_pair,
-    solution_rotate,
 )
 
 EXERCISES = ("scaled_attention", "causal_mask", "guess_saturation", "guess_sqrt_c",
              "split_merge_heads", "rope_pair", "rope_rotate", "mlp", "layernorm", "rmsnorm",
              "attention_module", "gpt_block", "gpt_model", "leaky_model", "guess_norm",
              "guess_init_growth", "guess_offset", "param_count")
-__all__ = ["EXERCISE_CONFIG", *EXERCISES]
+__all__ = list(EXERCISES)
 
 
-# ---------------------------------------------------------------- 参考答案
+# ---------------------------------------------------------------- 学生版的代替品（包里没有的）
 def solution_causal_mask(T: int) -> torch.Tensor:
     """[T, T] 的布尔掩码，True = 可以看（键位置 ≤ 查询位置）。"""
     return torch.tril(torch.ones(T, T, dtype=torch.bool))
-
-
-def solution_scaled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                              mask: torch.Tensor) -> torch.Tensor:
-    """带掩码的缩放点积注意力（= ``gc.model.causal_attention`` 的第一个输出）。
-
-    q [B, H, T, D]，k、v [B, H, S, D]，mask [T, S]（True = 可以看）→ [B, H, T, D]。"""
-    att = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])          # [B, H, T, S]
-    att = att.masked_fill(~mask, float("-inf"))                      # 看不见的 → −∞
-    return F.softmax(att, dim=-1) @ v
 
 
 def solution_split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
@@ -76,63 +61,12 @@ def solution_merge_heads(y: torch.Tensor) -> torch.Tensor:
     return y.transpose(1, 2).contiguous().view(B, T, H * D)
 
 
-def solution_attention_forward(self, x, rope=None):
-    """``CausalSelfAttention.forward``：qkv → 拆头 →（RoPE 只转 Q、K）→ 掩码注意力 → 合并 →
-    投影。"""
-    B, T, C = x.shape
-    q, k, v = (solution_split_heads(t, self.n_head) for t in self.qkv(x).split(C, dim=-1))
-    if rope is not None:
-        q, k = solution_rotate(q, *rope), solution_rotate(k, *rope)
-    y = solution_scaled_attention(q, k, v, self.mask[:T, :T])
-    return self.proj(solution_merge_heads(y))
-
-
-def solution_layernorm(x: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
-    """手写 LayerNorm（不含 γ、β）：对最后一维减均值、除以标准差（有偏方差）。"""
-    mean = x.mean(-1, keepdim=True)
-    var = ((x - mean) ** 2).mean(-1, keepdim=True)
-    return (x - mean) / torch.sqrt(var + eps)
-
-
-def solution_guess_saturation() -> str:
-    return "B"          # 不缩放：D 越大，分数越大，softmax 越接近 one-hot，梯度越小
-
-
-def solution_guess_sqrt_c() -> str:
-    return "B"          # ÷√C 比 ÷√D 多缩小 √H 倍：分数更小，softmax 更平
-
-
-def solution_guess_norm() -> str:
-    return "A"          # Pre-Norm 的残差是一条直通的路，深的模型同样的步数学得更好
-
-
-def solution_guess_init_growth() -> str:
-    return "B"          # 不缩放时，每个块往残差流上加的东西累积起来，越深越大
-
-
-def solution_guess_offset() -> int:
-    return 5            # 位置 t 预测 t+1；五言一句 6 个词元，t+1 的对应字在 t+1−6 = t−5
-
-
-SOLUTIONS = register("nb02", {
+register("nb02", {
     "causal_mask": solution_causal_mask,
-    "scaled_attention": solution_scaled_attention,
     "split_merge_heads": (solution_split_heads, solution_merge_heads),
     "rope_pair": solution_rope_pair,
-    "rope_rotate": solution_rotate,
-    "mlp": solution_mlp_forward,
-    "rmsnorm": solution_rmsnorm_forward,
-    "attention_module": solution_attention_forward,
-    "layernorm": solution_layernorm,
-    "gpt_block": solution_block_forward,
-    "gpt_model": solution_gpt_forward,
+    "layernorm": lambda x, eps=1e-5: F.layer_norm(x, x.shape[-1:], eps=eps),
     "leaky_model": solution_make_leaky,
-    "param_count": solution_param_count,
-    "guess_saturation": solution_guess_saturation,
-    "guess_sqrt_c": solution_guess_sqrt_c,
-    "guess_norm": solution_guess_norm,
-    "guess_init_growth": solution_guess_init_growth,
-    "guess_offset": solution_guess_offset,
 })
 
 

@@ -25,7 +25,7 @@ _CFGS = (preset("teacher", vocab_size=50, block_size=16, n_layer=2, n_head=2, n_
                 dropout=0.0, attn_dropout=0.0, resid_dropout=0.0))
 
 
-# ---------------------------------------------------------------- 参考答案
+# ---------------------------------------------------------------- 学生版的代替品（包里没有的）
 def solution_block_forward(self, x, rope=None):
     """Pre-Norm：先归一化再进子层，子层的输出加回残差流。"""
     x = x + self.attn(self.norm1(x), rope)
@@ -76,17 +76,6 @@ def reference_gpt(gpt_cls: type) -> type:
     """学生版用：学员的 ``GPT``（``__init__`` 是给定的），``forward`` 换成参考答案。"""
     return type(gpt_cls.__name__, (gpt_cls,), {"forward": solution_gpt_forward,
                                                "__module__": gpt_cls.__module__})
-
-
-def solution_param_count(cfg=EXERCISE_CONFIG) -> int:
-    """按公式数 teacher 设计的参数。
-
-    RoPE 没有位置表、RMSNorm 只有 γ、SwiGLU 三个矩阵、没有偏置、输出头共享。
-    """
-    V, C, L, Hd = cfg.vocab_size, cfg.n_embd, cfg.n_layer, cfg.mlp_hidden
-    attn = C * 3 * C + C * C                              # qkv + 输出投影
-    mlp = 3 * C * Hd                                      # gate、up、down
-    return V * C + L * (attn + mlp + 2 * C) + C           # + 每块两个 RMSNorm，+ 最终 RMSNorm
 
 
 

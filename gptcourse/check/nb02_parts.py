@@ -17,31 +17,10 @@ from ._common import _call, _fail, _ok, exercise
 from .nb02_model import _CFGS, _load, _tensor
 
 
-# ---------------------------------------------------------------- 参考答案
+# ---------------------------------------------------------------- 学生版的代替品（包里没有的）
 def solution_rope_pair(x1, x2, cos, sin):
     """把坐标 (x1, x2) 逆时针旋转角度 a（给出 cos a、sin a）；数和张量都适用（逐元素）。"""
     return x1 * cos - x2 * sin, x1 * sin + x2 * cos
-
-
-def solution_rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """rotate-half：第 i 维与第 i + D/2 维是一对，用 rope_pair 一次转完所有对。
-
-    x [B, H, T, D]，cos / sin [T, D/2] → [B, H, T, D]。"""
-    x1, x2 = x.chunk(2, dim=-1)                                      # 各 [B, H, T, D/2]
-    y1, y2 = solution_rope_pair(x1, x2, cos, sin)
-    return torch.cat([y1, y2], dim=-1)
-
-
-def solution_rmsnorm_forward(self, x):
-    """x / sqrt(mean(x²) + eps) · γ，对最后一维。"""
-    return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-def solution_mlp_forward(self, x):
-    """SwiGLU：down(silu(gate(x)) ⊙ up(x))；GELU：proj(gelu(fc(x)))。"""
-    if self.swiglu:
-        return self.down(F.silu(self.gate(x)) * self.up(x))
-    return self.proj(self.act(self.fc(x)))
 
 
 # ---------------------------------------------------------------- 小工具

@@ -1,6 +1,6 @@
 """笔记本 03 第 12.1 节（辅助目标）的练习检查器：``rhyme_targets`` 与 ``aux_loss``。
 
-参考答案就是包里的实现（``gc.objectives.rhyme_labels`` 与 ``gc.objectives.Objective.loss``）；
+检查器的参考就是包里的实现（``gc.objectives.rhyme_labels`` 与 ``gc.objectives.Objective.loss``）；
 典型错误各有一个故意写错的版本，只用来把学员的输出对上“是哪一种错”。
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import verse
-from ..objectives import PING_GROUPS, Objective, masked_cross_entropy, rhyme_labels
+from ..objectives import PING_GROUPS, Objective, rhyme_labels
 from ..tokenizer import CharTokenizer
 from ._common import _call, _fail, _ok, exercise
 
@@ -139,10 +139,3 @@ def aux_loss(fn) -> bool:
         return _fail(f"一个要考的位置都没有时应得 0，你的结果是 {empty.item()}")
     return _ok()
 
-
-solution_rhyme_targets = rhyme_labels          # 参考答案就是包里的版本
-
-
-def solution_aux_loss(head, hidden, targets):
-    """参考答案：头给出 logits，再用包里的 ``masked_cross_entropy``。"""
-    return masked_cross_entropy(head(hidden), targets)                    # [B, T, K] → 标量

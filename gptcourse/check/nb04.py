@@ -1,7 +1,9 @@
-"""笔记本 04（评估与验收）的练习检查器与参考答案。
+"""笔记本 04（评估与验收）的练习检查器。
 
-用法与前几章相同：``gc.check.bits_from_loss(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的
-中文，并返回 True / False；``gc.check.show_solution("bits_from_loss")`` 打印参考答案。
+用法与前几章相同：``gc.check.nb04.bits_from_loss(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的
+中文，并返回 True / False。检查器的参考是包里的函数（``gc.verse``、``gc.acceptance``、
+``gc.evaluate``）；参考答案是教师版笔记本里的答案单元格，老师用
+``show_solution("nb04.bits_from_loss")`` 查看。
 """
 from __future__ import annotations
 
@@ -11,16 +13,15 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from ..acceptance import distinct_n
+from ..evaluate import metrics_from_loss
+from ..verse import poem_form
 from ._common import _call, _fail, _ok, choice, exercise, register, results  # noqa: F401
-
-__all__ = ["bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
-           "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
-           "buggy_attention", "fix_attention", "distinct_ngrams", "slow_token_losses",
-           "bootstrap_interval"]
 
 EXERCISES = ("bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
              "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
              "fix_attention", "distinct_ngrams", "slow_token_losses", "bootstrap_interval")
+__all__ = list(EXERCISES)
 
 
 # ---------------------------------------------------------------- 练习里要找错的函数
@@ -33,122 +34,7 @@ def buggy_attention(q, k, v):
     return F.softmax(att, dim=-1) @ v
 
 
-# ---------------------------------------------------------------- 参考答案
-def solution_bits_from_loss(loss_nats: float) -> float:
-    """每字比特数 = 损失（nats，以 e 为底）÷ ln 2。"""
-    return loss_nats / math.log(2)
-
-
-def solution_perplexity_from_loss(loss_nats: float) -> float:
-    """困惑度 = e^损失：相当于每一步在多少个等可能的字里挑。"""
-    return math.exp(loss_nats)
-
-
-def solution_form_checker(poem: str):
-    """4 或 8 句、每句同为 5 或 7 个汉字、句末标点"，""。"交替（"。"位也可以是"？""！"）。"""
-    poem = poem.removesuffix("\n")
-    lines, marks, cur = [], [], ""
-    for c in poem:
-        if c in "，。？！；：、":
-            lines.append(cur)
-            marks.append(c)
-            cur = ""
-        else:
-            cur += c
-    if cur or not lines:                                  # 最后一句没有标点，或根本没有句子
-        return None
-    if any(not all("\u4e00" <= c <= "\u9fff" for c in line) or not line for line in lines):
-        return None
-    width = len(lines[0])
-    if width not in (5, 7) or len(lines) not in (4, 8) or any(len(x) != width for x in lines):
-        return None
-    for i, m in enumerate(marks):
-        if (i % 2 == 0 and m != "，") or (i % 2 == 1 and m not in "。？！"):
-            return None
-    return {(5, 4): "五绝", (5, 8): "五律", (7, 4): "七绝", (7, 8): "七律"}[(width, len(lines))]
-
-
-@torch.no_grad()
-def solution_future_leak_test(model) -> bool:
-    """对每个 t：改掉第 t 个位置之后的所有字，第 0…t 个位置的 logits 有任何变化就是偷看了未来。
-
-    先 ``model.eval()``（dropout 会让两次前向本来就不同）；每个 t 都要试——
-    泄漏可能只发生在后面的位置。
-    """
-    model.eval()
-    T, V = model.config.block_size, model.config.vocab_size
-    idx = torch.randint(V, (1, T), generator=torch.Generator().manual_seed(0))
-    a, _ = model(idx)
-    for t in range(T - 1):
-        changed = idx.clone()
-        changed[0, t + 1:] = (changed[0, t + 1:] + 1) % V     # 第 t 个位置之后的字全部换掉
-        b, _ = model(changed)
-        if not torch.allclose(a[:, :t + 1], b[:, :t + 1], atol=1e-5):
-            return True
-    return False
-
-
-def solution_fix_attention(q, k, v):
-    """bug：``diagonal=-1`` 把对角线（自己）也挡住了，第一行全是 −∞ → softmax 得到 nan。
-    因果掩码应包含对角线：每个位置可以看自己和前面。"""
-    T, D = q.shape[-2], q.shape[-1]
-    att = q @ k.transpose(-2, -1) / math.sqrt(D)
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    att = att.masked_fill(~mask, float("-inf"))
-    return F.softmax(att, dim=-1) @ v
-
-
-def solution_distinct_ngrams(poems: list[str], n: int) -> float:
-    """不同的 n 字组数 ÷ n 字组总数；n 字组只在一句之内取（不跨标点）。"""
-    grams = []
-    for poem in poems:
-        line = ""
-        for c in poem + "。":
-            if c in "，。？！；：、\n":
-                grams += [line[i:i + n] for i in range(len(line) - n + 1)]
-                line = ""
-            else:
-                line += c
-    return len(set(grams)) / len(grams) if grams else 0.0
-
-
-def solution_rhyme_check(poem: str) -> bool:
-    """押韵：双数句（第 2、4…句）的末字同属一个**平声**韵部；首句、单数句不管。
-
-    一个字可能在几个平声韵部里（多音字），所以取全部韵脚的平声韵部的**交集**，非空就押韵。
-    """
-    from ..verse import ping_groups, split_lines
-
-    lines, marks = split_lines(poem.removesuffix("\n"))
-    ends = [line[-1] for line, mark in zip(lines, marks) if line and mark][1::2]   # 双数句的末字
-    if not ends:
-        return False
-    shared = set(ping_groups(ends[0]))
-    for ch in ends[1:]:
-        shared &= set(ping_groups(ch))
-    return bool(shared)
-
-
-def solution_slow_token_losses(model, tok, text: str, T: int, stride: int) -> torch.Tensor:
-    """逐位置的参照实现：每个位置单独前向一次，语境从给它打分的那个窗口的起点开始。
-
-    位置 i（从 0 数）预测第 i + 1 个词元；窗口计划是 ``gc.evaluate.window_plan(n, T, stride)``，
-    给位置 i 打分的是 first ≤ i 的最后一个窗口 (start, first)。返回 [n] 个损失（nats）。
-    """
-    from ..evaluate import window_plan
-
-    ids = [tok.eos_id] + tok.encode(text, errors="unk")          # 一首诗跟在换行后面
-    n = len(ids) - 1
-    plan = window_plan(n, T, stride)
-    out = []
-    with torch.no_grad():
-        for i in range(n):
-            start = [s for s, first in plan if first <= i][-1]
-            logits, _ = model(torch.tensor([ids[start:i + 1]]))
-            out.append(F.cross_entropy(logits[0, -1:], torch.tensor([ids[i + 1]])).item())
-    return torch.tensor(out)
-
-
+# ---------------------------------------------------------------- 学生版的代替品（包里没有的）
 def solution_bootstrap_interval(items, stat, reps: int = 1000, seed: int = 0
                                 ) -> tuple[float, float]:
     """按条目（一首诗、一个样本）有放回地重抽样：stat 的 95% 百分位区间 (下端, 上端)。
@@ -165,35 +51,10 @@ def solution_bootstrap_interval(items, stat, reps: int = 1000, seed: int = 0
     return float(lo), float(hi)
 
 
-def solution_guess_ledger() -> str:
-    return "A"     # 不重叠的窗口：每个窗口开头的字几乎没有上文 → 损失更高
-
-
-def solution_guess_shuffled_tones() -> str:
-    return "C"     # 字序打乱：每条规则近似掷硬币，成立的比例在一半左右
-
-
-def solution_guess_zigzag() -> str:
-    return "A"     # 第 1、3、5 字开启一个词（二字词 + 一字），第 2、4 字多半是词的后半
-
-
-GUESS_LEDGER = solution_guess_ledger()
-GUESS_SHUFFLED_TONES = solution_guess_shuffled_tones()
-GUESS_ZIGZAG = solution_guess_zigzag()
-SOLUTIONS = register("nb04", {
-    "guess_ledger": solution_guess_ledger,
-    "guess_shuffled_tones": solution_guess_shuffled_tones,
-    "guess_zigzag": solution_guess_zigzag,
-    "rhyme_check": solution_rhyme_check,
-    "bits_from_loss": solution_bits_from_loss,
-    "perplexity_from_loss": solution_perplexity_from_loss,
-    "form_checker": solution_form_checker,
-    "future_leak_test": solution_future_leak_test,
-    "fix_attention": solution_fix_attention,
-    "distinct_ngrams": solution_distinct_ngrams,
-    "slow_token_losses": solution_slow_token_losses,
-    "bootstrap_interval": solution_bootstrap_interval,
-})
+GUESS_LEDGER = "A"           # 不重叠的窗口：每个窗口开头的字几乎没有上文 → 损失更高
+GUESS_SHUFFLED_TONES = "C"   # 字序打乱：每条规则近似掷硬币，成立的比例在一半左右
+GUESS_ZIGZAG = "A"           # 第 1、3、5 字开启一个词（二字词 + 一字），第 2、4 字多半是词的后半
+register("nb04", {"bootstrap_interval": solution_bootstrap_interval})
 
 
 # ---------------------------------------------------------------- 检查器
@@ -240,14 +101,14 @@ def _numbers(fn, ref, cases, name) -> bool:
 @exercise
 def bits_from_loss(fn) -> bool:
     """练习：``fn(loss_nats) -> 每字比特数``。"""
-    return _numbers(fn, solution_bits_from_loss, [math.log(2), math.log(8), 0.0, 4.5, 8.77],
-                    "bits_from_loss")
+    return _numbers(fn, lambda x: metrics_from_loss(x).bits_per_char,
+                    [math.log(2), math.log(8), 0.0, 4.5, 8.77], "bits_from_loss")
 
 
 @exercise
 def perplexity_from_loss(fn) -> bool:
     """练习：``fn(loss_nats) -> 困惑度``。"""
-    return _numbers(fn, solution_perplexity_from_loss, [0.0, math.log(100), 1.0, 4.5],
+    return _numbers(fn, lambda x: metrics_from_loss(x).perplexity, [0.0, math.log(100), 1.0, 4.5],
                     "perplexity_from_loss")
 
 
@@ -279,7 +140,7 @@ def form_checker(fn) -> bool:
         got, err = _call(fn, poem)
         if err:
             return _fail(f"form_checker({poem!r}) {err}")
-        want = solution_form_checker(poem)
+        want = poem_form(poem)
         if got != want:
             return _fail(f"form_checker({poem!r}) 得到 {got!r}，应为 {want!r}")
     return _ok()
@@ -378,13 +239,10 @@ def distinct_ngrams(fn) -> bool:
         got, err = _call(fn, *args)
         if err:
             return _fail(f"distinct_ngrams{args!r} {err}")
-        want = solution_distinct_ngrams(*args)
+        want = distinct_n(*args)
         if got is None or not math.isclose(float(got), want, abs_tol=1e-9):
             return _fail(f"distinct_ngrams{args!r} 得到 {got!r}，应为 {want:.6g}")
     return _ok()
-
-
-EXERCISES_04 = EXERCISES          # 旧名字（笔记本里用过）
 
 
 def _rhyme_cases() -> dict[str, list[str]]:

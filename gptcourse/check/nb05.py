@@ -1,8 +1,9 @@
 """笔记本 05（推理与部署）的练习检查器。
 
-用法与前几章相同：``gc.check.top_p(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的中文，
-并返回 True / False。参考答案是本文件里的 ``solution_*`` 函数，登记在共用的 ``SOLUTIONS`` 表里，
-``gc.check.show_solution("top_p")`` 会打印它的源代码。
+用法与前几章相同：``gc.check.nb05.top_p(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的中文，
+并返回 True / False。检查器的参考是包里的函数（``gc.sampling`` …）；包里没有的几个（逐行量化、
+KV 缓存的字节数……）写在本文件里，也是学生版的代替品。参考答案是教师版笔记本里的答案单元格，
+老师用 ``show_solution("nb05.top_p")`` 查看。
 """
 from __future__ import annotations
 
@@ -10,82 +11,25 @@ import copy
 import math
 
 import torch
+import torch.nn.functional as F
 
 from ..config import preset
 from ..model import GPT
 from ..rope import apply_rope, rope_angles
+from ..sampling import apply_repetition_penalty, apply_temperature, top_p_filter
 from ._common import _call, _fail, _ok, choice, exercise, register, results  # noqa: F401
-
-__all__ = ["decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
-           "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
-           "quantize_rows", "fenming", "rhyme_mask"]
 
 EXERCISES = ("decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
              "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
              "quantize_rows", "fenming", "rhyme_mask")
+__all__ = list(EXERCISES)
 
 
-
-# ---------------------------------------------------------------- 参考答案
-def solution_temperature_softmax(logits: torch.Tensor, tau: float) -> torch.Tensor:
-    """softmax(logits / τ)；τ = 0 是贪心（argmax 处概率 1）；τ < 0 不是温度 → ValueError。"""
-    if tau < 0:
-        raise ValueError(f"温度必须 ≥ 0，收到 {tau}")
-    if tau == 0:
-        return torch.nn.functional.one_hot(logits.argmax(-1), logits.shape[-1]).to(logits.dtype)
-    return torch.softmax(logits / tau, dim=-1)
-
-
-def solution_top_p(logits: torch.Tensor, p: float) -> torch.Tensor:
-    """核采样过滤：去掉"排在它前面的概率之和已经 ≥ p"的词元（设为 −∞），logits [V]。
-
-    p ≥ 1 表示不过滤：float32 的累计和可能在尾部提前到 1.0，不能靠公式自己得出"全留"。
-    """
-    if p >= 1:
-        return logits
-    sorted_logits, order = torch.sort(logits, descending=True, stable=True)
-    probs = torch.softmax(sorted_logits, dim=-1)
-    before = torch.cumsum(probs, dim=-1) - probs            # 排在前面的累计概率
-    remove = torch.zeros_like(logits, dtype=torch.bool)
-    remove[order] = before >= p
-    return logits.masked_fill(remove, float("-inf"))
-
-
-def solution_repetition_penalty(logits: torch.Tensor, ids: list[int], penalty: float
-                                ) -> torch.Tensor:
-    """出现过的词元：正 logit 除以 penalty，负 logit 乘以 penalty。返回新张量，logits [V]。"""
-    out = logits.clone()
-    for i in set(ids):
-        out[i] = out[i] / penalty if out[i] > 0 else out[i] * penalty
-    return out
-
-
+# ---------------------------------------------------------------- 学生版的代替品（包里没有的）
 def solution_kv_cache_bytes(n_layer: int, batch: int, seq_len: int, n_embd: int,
                             bytes_per: int = 4) -> int:
     """KV 缓存的字节数：每层 K 和 V 各 [B, T, C] → 2·L·B·T·C·bytes。"""
     return 2 * n_layer * batch * seq_len * n_embd * bytes_per
-
-
-@torch.no_grad()
-def solution_decode_loop(model, tok, prompt: str = "", max_new_tokens: int = 60,
-                         temperature: float = 0.0, seed: int | None = None) -> str:
-    """最朴素的自回归循环：每步把整段上下文（最多 block_size 个）送进模型，只用最后一个位置。"""
-    bs = model.config.block_size
-    ids = [tok.eos_id] + tok.encode(prompt)              # 一首诗跟在换行后面
-    g = torch.Generator().manual_seed(seed) if seed is not None else None
-    for _ in range(max_new_tokens):
-        logits = model(torch.tensor([ids[-bs:]]))[0][0, -1]     # [V]：只看最后一个位置
-        if tok.unk_id is not None:
-            logits[tok.unk_id] = float("-inf")           # 永远不生成 <unk>
-        if temperature == 0:
-            nxt = int(logits.argmax())                   # 贪心
-        else:
-            probs = torch.softmax(logits / temperature, dim=-1)
-            nxt = int(torch.multinomial(probs, 1, generator=g))
-        if nxt == tok.eos_id:                            # 换行 = 写完了
-            break
-        ids.append(nxt)
-    return tok.decode(ids[1:])                           # 提示 + 续写
 
 
 def solution_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -137,49 +81,11 @@ def solution_fenming(line: str) -> list[bool | None]:
     return out
 
 
-def solution_rhyme_mask(tok, feet: str, first: str = "") -> torch.Tensor:
-    """一个韵脚位置上允许的词元 [V]（bool）。
-
-    feet：前面双数句已经写下的韵脚（按顺序，可以为空）；first：首句的末字（还没写完首句时为空）。
-    允许 = 一个汉字、它的平声韵部与全部已有韵脚的共同韵部有交集（还没有韵脚时：任何平声韵部），
-    并且没有做过韵脚——不是 feet 里的字，也不是首句末字（不重韵）。
-    """
-    from ..verse import PING, group_names, ping_groups
-
-    groups = set(group_names(PING))
-    for c in feet:                                  # 多音字可能属于几个韵部：取交集
-        groups &= set(ping_groups(c))
-    used = set(feet) | set(first)
-    return torch.tensor([p not in used and bool(set(ping_groups(p)) & groups)
-                         for p in (tok.decode([i]) for i in range(tok.vocab_size))])
-
-
-def solution_guess_frequency() -> str:
-    return "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
-
-
-def solution_guess_offset() -> str:
-    return "B"      # 忘了偏移：从第一个带缓存的步骤起就不一样了
-
-
-GUESS_FREQUENCY = solution_guess_frequency()
-GUESS_OFFSET = solution_guess_offset()
-
-
-SOLUTIONS = register("nb05", {
-    "guess_frequency": solution_guess_frequency,
-    "guess_offset": solution_guess_offset,
-    "temperature_softmax": solution_temperature_softmax,
-    "top_p": solution_top_p,
-    "repetition_penalty": solution_repetition_penalty,
-    "kv_cache_bytes": solution_kv_cache_bytes,
-    "decode_loop": solution_decode_loop,
-    "inverse_cdf": solution_inverse_cdf,
-    "rope_cached_step": solution_rope_cached_step,
-    "quantize_rows": solution_quantize_rows,
-    "fenming": solution_fenming,
-    "rhyme_mask": solution_rhyme_mask,
-})
+GUESS_FREQUENCY = "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
+GUESS_OFFSET = "B"         # 忘了偏移：从第一个带缓存的步骤起就不一样了
+register("nb05", {"inverse_cdf": solution_inverse_cdf, "kv_cache_bytes": solution_kv_cache_bytes,
+                  "rope_cached_step": solution_rope_cached_step, "fenming": solution_fenming,
+                  "quantize_rows": solution_quantize_rows})
 
 
 def _close(a, b) -> bool:
@@ -197,7 +103,8 @@ def temperature_softmax(fn) -> bool:
         got, err = _call(fn, x, tau)
         if err:
             return _fail(f"τ={tau}：{err}")
-        want = solution_temperature_softmax(x, tau)
+        want = F.one_hot(x.argmax(), 4).float() if tau == 0 else \
+            apply_temperature(x, tau).softmax(-1)
         if not _close(got, want):
             hint = "（τ=0 应该是 argmax 处为 1 的 one-hot）" if tau == 0 else ""
             return _fail(f"τ={tau} 时应得 {[round(v, 4) for v in want.tolist()]}，收到 {got}{hint}")
@@ -235,7 +142,7 @@ def top_p(fn) -> bool:
             return _fail(f"p={p}：{err}")
         if not isinstance(got, torch.Tensor) or got.shape != logits.shape:
             return _fail(f"p={p}：应返回与 logits 同形状 {tuple(logits.shape)} 的张量")
-        want = solution_top_p(logits, p)
+        want = top_p_filter(logits, p)
         far = ~_near_boundary(logits, p) if p < 1 else torch.ones_like(logits, dtype=torch.bool)
         kept, want_kept = int((~torch.isinf(got)).sum()), int((~torch.isinf(want)).sum())
         if not torch.equal(torch.isinf(got)[far], torch.isinf(want)[far]):
@@ -259,7 +166,7 @@ def repetition_penalty(fn) -> bool:
         got, err = _call(fn, x.clone(), ids, pen)
         if err:
             return _fail(err)
-        want = solution_repetition_penalty(x, ids, pen)
+        want = apply_repetition_penalty(x, ids, pen)
         if not _close(got, want):
             if isinstance(got, torch.Tensor) and got.shape == x.shape and 1 in ids \
                     and got[1] > x[1]:
@@ -481,9 +388,6 @@ def quantize_rows(fn) -> bool:
     return _ok()
 
 
-NB05_EXERCISES = EXERCISES          # 旧名字（笔记本里用过）
-
-
 # ---------------------------------------------------------------- 第 6 节：二四六分明
 def _fenming_variant(line: str, pos=(1, 3, 5), both_as_ping=False, same=False):
     from ..verse import tone
@@ -552,6 +456,8 @@ _RHYME_CASES = [("", ""), ("光", ""), ("", "东"), ("行", "明"), ("行光", "
 
 
 def _rhyme_variant(tok, feet: str, first: str, kind: str) -> torch.Tensor:
+    """韵脚位置上允许的词元 [V]：``kind`` 是 ``_RHYME_HINTS`` 里的一种典型错误时按那种错法算，
+    否则（如 ``"right"``）是正确的掩码，即 ``gc.constraints.VerseConstraint`` 在这里的掩码。"""
     from ..verse import PING, group_names, ping_groups, tone
 
     groups = set(group_names(PING))
@@ -579,7 +485,7 @@ _RHYME_HINTS = {
 
 @exercise
 def rhyme_mask(fn) -> bool:
-    """练习：``fn(tok, feet, first) -> [V] bool``，与 ``solution_rhyme_mask``（也就是
+    """练习：``fn(tok, feet, first) -> [V] bool``，与 ``_rhyme_variant(..., "right")``（也就是
     ``gc.constraints.VerseConstraint`` 在韵脚位置上的掩码）一致。"""
     from ..tokenizer import CharTokenizer
 
@@ -588,7 +494,7 @@ def rhyme_mask(fn) -> bool:
         got, err = _call(fn, tok, feet, first)
         if err:
             return _fail(f"rhyme_mask(tok, {feet!r}, {first!r}) {err}")
-        want = solution_rhyme_mask(tok, feet, first)
+        want = _rhyme_variant(tok, feet, first, "right")
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             return _fail(f"rhyme_mask(tok, {feet!r}, {first!r}) 应返回形状 {tuple(want.shape)} 的"
                          f"布尔张量，收到 {getattr(got, 'shape', type(got).__name__)}")
