@@ -50,7 +50,6 @@ from . import sandbox
 from .judge import sanitize
 
 GRADE_ID = re.compile(r"^(nb0[1-5])-(.+)-check$")
-STATUSES = ("正确", "答案不对", "未作答", "出错", "超时")
 REFERENCE = ROOT / "notebooks"
 NAME_RULE = "<学号>_<姓名>.ipynb"
 # 检查器必须拿着活的对象、不能经裁判进程代理的练习：检查器在沙箱里与学生的代码同一个进程里运行，

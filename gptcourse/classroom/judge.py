@@ -34,15 +34,11 @@ import json
 import linecache
 import os
 import pickle
-import re
 import signal
 import sys
 
-from .referee import SCALARS, TAG
+from .referee import _PATH, MESSAGE_CAP, PREFIXES, SCALARS, TAG, clean_message  # noqa: F401
 
-MESSAGE_CAP = 300
-_PATH = re.compile(r"(?<![\w.])/(?:[^\s/'\"：，。）)]+/)*[^\s/'\"：，。）)]+")
-PREFIXES = ("正确", "还不对：", "还没完成：")
 SOLUTION_FILE = "<练习:{}>"
 
 # 练习单元格顶层允许调用的函数（只用于由常量算答案，例如 math.ceil(8 * C / 3 / 64)）
@@ -190,17 +186,6 @@ def sanitize(source: str) -> tuple[str, list[str], int, str | None, list[str]]:
 
 
 # ---------------------------------------------------------------- 裁判进程
-def clean_message(passed: bool, message: object) -> str:
-    """只保留检查器格式的说明（“正确 / 还不对：… / 还没完成：…”），截断；其余换成固定文字。"""
-    text = message if isinstance(message, str) else ""
-    if passed:
-        return "正确"
-    if not text.startswith(PREFIXES[1:]):
-        return "还不对"
-    text = _PATH.sub("<路径>", text)                  # 异常文字里的绝对路径不带出沙箱
-    return text if len(text) <= MESSAGE_CAP else text[:MESSAGE_CAP] + "…"
-
-
 STUDENT_FILE = "<学生单元格:{}>"
 TICK = 0.25                                   # 采样间隔：每隔这么久看一眼是不是在运行学生的代码
 

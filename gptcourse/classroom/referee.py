@@ -30,6 +30,7 @@ import io
 import json
 import os
 import pickle
+import re
 import struct
 import sys
 import warnings
@@ -39,6 +40,9 @@ FRAME_CAP = 256 << 20                     # 一帧最多这么多字节（一个
 TAG = "\x00"                              # 特殊值的标记：{TAG: "ref" | "dict" | "set" | ...}
 SCALARS = (bool, int, float, complex, str, bytes, type(None))
 MESSAGE_CAP = 300
+_PATH = re.compile(r"(?<![\w.])/(?:[^\s/'\"：，。）)]+/)*[^\s/'\"：，。）)]+")
+PREFIXES = ("正确", "还不对：", "还没完成：")
+STATUSES = ("正确", "答案不对", "未作答", "出错", "超时")
 # 不当作学生对象的属性去问工作进程的双下划线名字（检查器常用的几个除外）
 _FORWARDED_DUNDER = {"__gptcourse_standin__", "__name__", "__qualname__", "__module__",
                      "__doc__"}
@@ -454,7 +458,6 @@ class Referee:
         return ex
 
     def check(self, msg: dict) -> None:
-        from .judge import clean_message
         ex = self._expect(msg.get("exercise"))
         if ex in self.in_sandbox:
             raise Breach(f"练习 {ex} 应在工作进程里判")
@@ -504,7 +507,6 @@ class Referee:
 
     def verdict_in_sandbox(self, msg: dict) -> None:
         """IN_SANDBOX 的练习：工作进程自己调用了检查器，这里只核对格式，标上 in-process。"""
-        from .grade import STATUSES
         ex = self._expect(msg.get("exercise"))
         passed, status, message = msg.get("passed"), msg.get("status"), msg.get("message")
         if ex not in self.in_sandbox or type(passed) is not bool or status not in STATUSES \
@@ -561,3 +563,14 @@ def main(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
+
+
+def clean_message(passed: bool, message: object) -> str:
+    """只保留检查器格式的说明（“正确 / 还不对：… / 还没完成：…”），截断；其余换成固定文字。"""
+    text = message if isinstance(message, str) else ""
+    if passed:
+        return "正确"
+    if not text.startswith(PREFIXES[1:]):
+        return "还不对"
+    text = _PATH.sub("<路径>", text)                  # 异常文字里的绝对路径不带出沙箱
+    return text if len(text) <= MESSAGE_CAP else text[:MESSAGE_CAP] + "…"
