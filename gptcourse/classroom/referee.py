@@ -561,10 +561,6 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
-
-
 def clean_message(passed: bool, message: object) -> str:
     """只保留检查器格式的说明（“正确 / 还不对：… / 还没完成：…”），截断；其余换成固定文字。"""
     text = message if isinstance(message, str) else ""
@@ -574,3 +570,7 @@ def clean_message(passed: bool, message: object) -> str:
         return "还不对"
     text = _PATH.sub("<路径>", text)                  # 异常文字里的绝对路径不带出沙箱
     return text if len(text) <= MESSAGE_CAP else text[:MESSAGE_CAP] + "…"
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
