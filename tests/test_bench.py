@@ -119,3 +119,22 @@ def test_quick_mode_does_not_touch_the_committed_results(monkeypatch, tmp_path):
     assert bench.main(["--quick"]) == 0
     assert docs.read_bytes() == before
     assert (tmp_path / "gptcourse-bench" / "benchmarks.json").exists()
+
+
+def test_arrival_is_the_first_snapshot_at_or_below_the_target():
+    from gptcourse.bench.target import arrival
+    rows = [{"wall_s": 10, "val": 4.9}, {"wall_s": 20, "val": 4.6}, {"wall_s": 30, "val": 4.4}]
+    assert arrival(rows, 4.60) == 20 and arrival(rows, 4.50) == 30 and arrival(rows, 4.3) is None
+
+
+def test_time_to_target_runs_the_shipped_recipe_and_reports_it(capsys):
+    """快速模式：发布配方（换成 mini、4 步）带快照训练、参照循环、表格与 Markdown 都走一遍。"""
+    from gptcourse.bench import report, target
+    assert "--aux" in target.recipe() and "--titled" in target.recipe()   # 读的是发布的命令
+    r = target.run(quick=True)
+    assert [row["step"] for row in r["release"]["rows"]] == [2, 4]         # 每次评估一份快照
+    assert all(row["wall_s"] > 0 and row["val"] > 0 for row in r["release"]["rows"])
+    assert r["reference"]["rows"] and [t["target"] for t in r["table"]] == [4.60, 4.50]
+    md = report.markdown({"target": r, "machine": {}, "limits": {}})
+    assert "发布配方训练到目标损失的时间" in md and "参照 ÷ 发布配方" in md
+    assert "还没有量过" in report.markdown({"machine": {}, "limits": {}})

@@ -2,9 +2,11 @@
 
 每个基准模块（``training``，以及存在时的 ``generation``）提供 ``run(quick=False) -> dict``：
 在同一次运行里并排测量、打印表格，并返回可以写成 JSON 的数字。测试套件从不计时。
+``target``（训练到目标损失要多久，约半小时）不在默认的一轮里，用 ``--only target`` 单独跑。
 """
 BENCHMARKS = ("training", "generation")
-_LAZY = (*BENCHMARKS, "machine", "peer", "report", "server")
+OPTIONAL = ("target",)
+_LAZY = (*BENCHMARKS, *OPTIONAL, "machine", "peer", "report", "server")
 
 
 def __getattr__(name: str):

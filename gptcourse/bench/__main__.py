@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from ..runtime import ROOT
-from . import BENCHMARKS
+from . import BENCHMARKS, OPTIONAL
 from .machine import busy_reasons, limits, machine_info, matmul_ceiling, snapshot
 from .report import markdown
 
@@ -25,7 +25,7 @@ def main(argv: list[str] | None = None) -> int:
                         "除非加 --write；Markdown 写在它旁边，同名 .md）")
     p.add_argument("--write", action="store_true",
                    help="--quick 时也写进 docs/benchmarks.*（默认不覆盖提交的结果）")
-    p.add_argument("--only", choices=BENCHMARKS, action="append",
+    p.add_argument("--only", choices=(*BENCHMARKS, *OPTIONAL), action="append",
                    help="只跑某一项（可重复）；JSON 里其他项保留上次的结果")
     p.add_argument("--allow-busy", action="store_true",
                    help="机器忙也写出结果（每个数字都标上“机器忙”）")

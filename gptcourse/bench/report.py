@@ -94,8 +94,6 @@ def _generation(g: dict) -> list[str]:
                      [[str(r["clients"]), str(r["ok"]), f"{r['first_p50_s']:.3f}",
                        f"{r['first_p95_s']:.3f}", f"{r['whole_p50_s']:.3f}",
                        f"{r['whole_p95_s']:.3f}"] for r in d["rows"]])]
-    out += ["", "### 发布配方训练到目标损失的时间", "",
-            "（待填：主持人用发布配方的一次空闲运行填写。）"]
     p = g.get("peer") or {}
     if "speedup" in p:
         out += ["", "### 对照 Hugging Face transformers", "",
@@ -126,6 +124,37 @@ def markdown(results: dict) -> str:
              "（理由见 `gptcourse/bench/machine.py`）。", "", *_machine(results), ""]
     if "training" in results:
         lines += _training(results["training"]) + [""]
+    lines += ["### 发布配方训练到目标损失的时间（`--only target`）", "",
+              *_target(results.get("target")), ""]
     if "generation" in results:
         lines += _generation(results["generation"]) + [""]
     return "\n".join(lines)
+
+
+def _target(t: dict | None) -> list[str]:
+    """“训练到目标损失要多久”的表（gptcourse/bench/target.py）；还没跑过时说怎么跑。"""
+    if not t:
+        return ["还没有量过：在空闲的机器上运行 `python -m gptcourse.bench --only target`"
+                "（约半小时）。"]
+
+    def sec(v):
+        return "没到达" if v is None else f"{v:,.0f}"
+    rows = []
+    for row in t["table"]:
+        ratio = (f"{row['ratio']:.2f}×" if row["ratio"] is not None else
+                 f"≥ {row['ratio_at_least']:.1f}×" if row.get("ratio_at_least") else "—")
+        ref = sec(row["reference_s"])
+        if row["reference_s"] is None:
+            ref = f"> {t['reference']['cap_s']:,.0f}（上限）"
+        rows.append([f"{row['target']:.2f}", ref, sec(row["release_s"]), ratio])
+    last = t["release"]["rows"][-1] if t["release"]["rows"] else {}
+    ref_last = t["reference"]["rows"][-1] if t["reference"]["rows"] else {}
+    return ["训练墙钟（秒）第一次让整个验证集的 `split_loss` 不高于目标；每 250 步量一次，"
+            "量损失的时间不算。发布配方 = 随课程发布的 course.pt 自己记下的训练命令"
+            f"（`{t['release']['command']}`），它的墙钟含配方自己的评估与探针；参照 = 上面训练表里"
+            "朴素的 nanoGPT 式 fp32 循环（恒定学习率 1e-3），最多训练到发布配方墙钟的 "
+            f"{t['cap_ratio']:.0f} 倍。", "",
+            *_md(["目标", "参照 秒", "发布配方 秒", "参照 ÷ 发布配方"], rows), "",
+            f"发布配方 {last.get('step', 0):,} 步后 split_loss {last.get('val', float('nan')):.4f}"
+            f"（训练 {t['release']['wall_s']:,.0f} 秒）；参照 {ref_last.get('step', 0):,} 步后 "
+            f"{ref_last.get('val', float('nan')):.4f}（{ref_last.get('wall_s', 0):,.0f} 秒）。"]

@@ -91,6 +91,9 @@ def cli_arguments(p) -> None:
     p.add_argument("--aux-weight", type=float, default=1.0,
                    help="没写权重的辅助目标的权重 λ：总损失 = 语言模型损失 + Σ λ × 辅助损失"
                         "（默认 1）")
+    p.add_argument("--snapshots", default=None, metavar="目录",
+                   help="每次评估后把当时的权重另存到这个目录（step_000250.pt……，meta 里记训练"
+                        "墙钟 wall_s）：画学习曲线、量“多久训练到目标损失”用")
     p.add_argument("--no-progress", action="store_true")
     # 测试用：每个进程把最终权重的哈希和本进程的损失写进这个目录（检查 DDP 各进程是否一致）
     p.add_argument("--dump-rank-state", default=None, help=argparse.SUPPRESS)
@@ -113,6 +116,10 @@ def cli_main(args) -> int:
         raise UserError(f"--aux-weight 必须在 (0, {objectives.MAX_WEIGHT:g}] 之内，"
                         f"收到 {args.aux_weight}")
     out = checkpoint.check_writable(args.out)              # 训练之前就确认能写，而不是训练之后
+    snapshots = None if args.snapshots is None else Path(args.snapshots)
+    if snapshots is not None:
+        snapshots.mkdir(parents=True, exist_ok=True)
+        checkpoint.check_writable(snapshots / "step_000000.pt")
     _refuse_overwriting_init(args.init, out)               # 不覆盖训练的起点
     bf16 = False if args.no_bf16 else (True if args.bf16 else "auto")
     tcfg = TrainConfig(batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup,
@@ -185,6 +192,10 @@ def cli_main(args) -> int:
         if is_best:
             checkpoint.save(best_path, model, tok, step=step, meta=m, half=args.half)
             written["best"] = step
+        if snapshots is not None:                     # 学习曲线：这一刻的权重，连同训练墙钟
+            checkpoint.save(snapshots / f"step_{step:06d}.pt", model, tok, step=step,
+                            meta={"val_loss": val, "wall_s": round(time.perf_counter() - t0, 1),
+                                  "command": meta["command"]})
 
     t0 = time.perf_counter()
     probes: list[dict] = []
