@@ -4,7 +4,6 @@
 （很小的模型，批大小 1），其余编译测试要 GPTCOURSE_COMPILE_TESTS=1。"""
 from __future__ import annotations
 
-import inspect
 import os
 
 import pytest
@@ -13,9 +12,8 @@ import torch
 from gptcourse import fastdecode
 from gptcourse.config import preset
 from gptcourse.errors import UserError
-from gptcourse.generate import VerseSpec, generate, generate_batch, stream_tokens
+from gptcourse.generate import generate, generate_batch, stream_tokens
 from gptcourse.model import GPT
-from gptcourse.sampling import SamplingParams
 from gptcourse.tokenizer import CharTokenizer
 
 TEXT = "\n春风吹绿江南岸，明月何时照我还。白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"
@@ -168,18 +166,6 @@ def test_no_compiler_falls_back_with_a_reason(tok, monkeypatch):
     monkeypatch.setattr(fastdecode.shutil, "which", lambda name: None)
     d = fastdecode.FastDecoder(tiny(tok), compile=True)
     assert not d.compiled and "C++" in d.reason and d.ready(1)
-
-
-def test_generate_signature_is_sampling_params_and_verse_spec():
-    """generate() 的采样与格式参数 = SamplingParams 与 VerseSpec 的字段，默认值相同（不会漂移）。"""
-    sig = inspect.signature(generate).parameters
-    for cls in (SamplingParams, VerseSpec):
-        for name, field in cls.__dataclass_fields__.items():
-            assert name in sig, f"generate() 少了 {cls.__name__}.{name}"
-            assert sig[name].default == field.default, name
-    own = {"model", "tok", "prompt", "max_new_tokens", "seed", "use_cache", "stream", "compile",
-           "precision"}
-    assert set(sig) == own | set(SamplingParams.names()) | set(VerseSpec.names())
 
 
 def test_compiled_step_is_close_to_eager(tok):

@@ -1,18 +1,28 @@
 """gptcourse.generate：采样器、解码循环、KV 缓存、批量、约束解码、流式输出与命令行。"""
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import math
 
 import pytest
 import torch
 
-from gptcourse import checkpoint, cli
+from gptcourse import checkpoint, cli, constraints, sampling
+from gptcourse import generate as gen_module
 from gptcourse.config import preset
 from gptcourse.constraints import VerseConstraint
 from gptcourse.data import load_corpus
-from gptcourse.generate import generate, generate_batch, next_token_probs, stream_tokens
+from gptcourse.generate import (
+    VerseSpec,
+    generate,
+    generate_batch,
+    next_token_probs,
+    stream_tokens,
+)
 from gptcourse.model import GPT
 from gptcourse.sampling import (
+    SamplingParams,
     apply_repetition_penalty,
     apply_temperature,
     sample_next,
@@ -492,3 +502,68 @@ def test_rows_are_told_apart_by_identity():
     from gptcourse.generate import Row
     a, b = Row([0], 1, None, ""), Row([0], 1, None, "")
     assert a != b and [a, b].index(b) == 1
+
+
+# ---------------------------------------------------------------- 默认值只有一处（M4）
+def field_defaults(*classes) -> dict:
+    """dataclass 字段 → 默认值（SamplingParams 与 VerseSpec：采样与格式参数唯一的定义）。"""
+    return {f.name: f.default for cls in classes for f in dataclasses.fields(cls)}
+
+
+def drifted(fn, truth: dict) -> list[str]:
+    """fn 的参数里与 truth 同名、带默认值、默认值却不同的那些（"名字=函数的默认 ≠ 字段的默认"）。"""
+    return [f"{name}={p.default!r} ≠ {truth[name]!r}"
+            for name, p in inspect.signature(fn).parameters.items()
+            if name in truth and p.default is not p.empty and p.default != truth[name]]
+
+
+def test_generate_signature_is_sampling_params_and_verse_spec():
+    """generate() 的采样与格式参数正是 SamplingParams 与 VerseSpec 的字段，默认值相同；改了一边
+    （例如把 SamplingParams.temperature 改成 0.9，或 generate 的 rhyme=True）这里就失败。"""
+    sig = inspect.signature(generate).parameters
+    truth = field_defaults(SamplingParams, VerseSpec)
+    assert not drifted(generate, truth)
+    assert all(sig[name].default is not sig[name].empty for name in truth)
+    own = {"model", "tok", "prompt", "max_new_tokens", "seed", "use_cache", "stream", "compile",
+           "precision"}
+    assert set(sig) == own | set(truth), set(sig) ^ (own | set(truth))
+
+
+def test_no_decoding_function_redeclares_a_different_default():
+    """解码这一侧的每个公开函数（sampling、generate、constraints 里定义的，含类的 __init__），
+    凡是参数与 SamplingParams / VerseSpec 的字段同名又带默认值的，默认值都与字段相同：新写一个
+    ``def f(..., temperature=0.8)`` 也会被抓住。"""
+    truth = field_defaults(SamplingParams, VerseSpec)
+    checked, bad = [], {}
+    for module in (sampling, gen_module, constraints):
+        for name, obj in vars(module).items():
+            if name.startswith("_") or getattr(obj, "__module__", None) != module.__name__ \
+                    or not callable(obj) or obj in (SamplingParams, VerseSpec):  # 它们就是真相
+                continue
+            fn = obj.__init__ if inspect.isclass(obj) else obj
+            if set(inspect.signature(fn).parameters) & set(truth):
+                checked.append(f"{module.__name__}.{name}")
+                if drifted(fn, truth):
+                    bad[f"{module.__name__}.{name}"] = drifted(fn, truth)
+    assert not bad, bad
+    assert {"gptcourse.generate.generate", "gptcourse.generate.next_token_probs",
+            "gptcourse.sampling.sample_next", "gptcourse.sampling.sample_rows",
+            "gptcourse.constraints.VerseConstraint"} <= set(checked), checked
+
+
+def test_generate_and_its_batch_and_stream_forms_share_their_own_defaults():
+    """generate 把 max_new_tokens、seed、use_cache、compile、precision 原样转给 generate_batch /
+    stream_tokens：三者这几个参数的默认值必须相同，否则同一个调用换个入口就换了行为。"""
+    shared = ("max_new_tokens", "seed", "use_cache", "compile", "precision")
+    sigs = [inspect.signature(f).parameters for f in (generate, generate_batch, stream_tokens)]
+    for name in shared:
+        assert len({s[name].default for s in sigs}) == 1, name
+    assert inspect.signature(stream_tokens).parameters["prompt"].default == \
+        inspect.signature(generate).parameters["prompt"].default
+
+
+def test_verse_spec_names_are_its_fields():
+    """VERSE_FIELDS 已经去掉：格式参数的名字只从 VerseSpec 的字段来。"""
+    assert not hasattr(gen_module, "VERSE_FIELDS")
+    assert VerseSpec.names() == tuple(f.name for f in dataclasses.fields(VerseSpec))
+    assert SamplingParams.names() == tuple(f.name for f in dataclasses.fields(SamplingParams))
