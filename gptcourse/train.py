@@ -8,6 +8,9 @@
 速度：损失与梯度范数先留在设备上，每 ``log_interval`` 步（以及评估前、结束时）才取回一次，
 同时检查有没有 NaN/inf（发散时抛出 :class:`TrainingDiverged`）；``compile=True`` 用
 ``torch.compile``，第一步编译失败就退回普通模式并说明原因。实测见 docs/benchmarks.md。
+
+训练前后的两件事也在这里，命令行 ``python -m gptcourse train`` 用的就是它们：语料 → 训练与验证的
+数据（:func:`training_splits`），以及一次训练写出的检查点与最后的总结（:class:`Checkpoints`）。
 """
 from __future__ import annotations
 
@@ -17,16 +20,20 @@ import shutil
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
+from . import checkpoint
 from . import distributed as dist_utils
-from .data import get_batch
+from .data import Corpus, get_batch, poem_starts
 from .errors import UserError
 from .model import GPT
 from .objectives import Objective, WithObjectives
 from .precision import BF16_MODES, Bf16Weights, resolve_bf16
+from .titled import encode as encode_titled
+from .titled import rows as titled_rows
 
 # 尺寸的硬上限（再大的值只会是笔误）；内存够不够另由 check_memory 按模型与机器估计
 MAX_SIZES = {"batch_size": 2**16, "grad_accum": 2**12, "eval_batches": 10**4}
@@ -84,6 +91,11 @@ class TrainConfig:
             raise UserError(f"bf16 只能是 True、False 或 'auto'，收到 {self.bf16!r}")
         if self.bf16_mode not in BF16_MODES:
             raise UserError(f"bf16_mode 只能是 {' 或 '.join(BF16_MODES)}，收到 {self.bf16_mode!r}")
+
+
+def tokens_per_step(cfg: TrainConfig, block_size: int) -> int:
+    """一步训练看多少个词元：批次 × 窗口长度 × 微批次数 × 进程数。"""
+    return cfg.batch_size * block_size * cfg.grad_accum * dist_utils.world_size()
 
 
 def available_memory(device: torch.device) -> int | None:
@@ -326,7 +338,7 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     total = cfg.max_steps if cfg.max_steps is not None else 10**9
     end = min(total, stop_step) if stop_step is not None else total
     budget_s = cfg.max_minutes * 60 if cfg.max_minutes is not None else None
-    tokens_per_step = cfg.batch_size * T * cfg.grad_accum * world
+    per_step = tokens_per_step(cfg, T)
     bar = tqdm(total=cfg.max_steps, initial=start_step, disable=not cfg.progress or rank != 0,
                desc="训练", unit="步", dynamic_ncols=True)
     best = min((e["val"] for e in history.evals if "val" in e), default=float("inf"))
@@ -340,7 +352,7 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
             return
         values = torch.stack([torch.cat([lo.reshape(-1), no.double().reshape(1)])
                               for _, lo, _, no in pending]).tolist()
-        tps = tokens_per_step * len(pending) / max(1e-9, time.perf_counter() - t_mark)
+        tps = per_step * len(pending) / max(1e-9, time.perf_counter() - t_mark)
         for (s, _, lr_, _), (lo, *aux, no) in zip(pending, values):
             history.steps.append({"step": s, "loss": lo, "lr": lr_, "grad_norm": no,
                                   "tokens_per_s": tps,
@@ -472,3 +484,120 @@ def _add_heads(optimizer, objectives, weight_decay: float) -> None:
         group["params"] = [p for p in group["params"] if id(p) not in known]
         if group["params"]:
             optimizer.add_param_group(group)
+
+
+# ---------------------------------------------------------------- 训练的数据与训练写出的文件
+WINDOWS = ("poem", "random")      # 训练窗口的起点：每首诗前的换行符（默认），或任意位置
+UNTITLED_EVERY = 2                # 以题作诗时每几首里有一首不带题目（0 = 全带题目）
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """:func:`train` 要的数据：``ids`` {划分: id 序列}；``targets`` 以题作诗时的目标序列（题目的
+    位置是 −1），否则 None；``starts`` 按诗对齐时每个划分的窗口起点，否则 None（任意位置）。"""
+    ids: dict[str, torch.Tensor]
+    targets: dict[str, torch.Tensor] | None = None
+    starts: dict[str, torch.Tensor] | None = None
+
+
+def check_titled(corpus: str, titled: bool, untitled_every: int = UNTITLED_EVERY) -> None:
+    """以题作诗只用于 tang_jinti（题目来自 data/tang_jinti_meta.tsv），untitled_every ≥ 0。"""
+    if titled and corpus != "tang_jinti":
+        raise UserError("--titled 只用于 tang_jinti（题目来自 data/tang_jinti_meta.tsv）")
+    if titled and untitled_every < 0:
+        raise UserError(f"--untitled-every 必须 ≥ 0，收到 {untitled_every}")
+
+
+def training_splits(corpus: Corpus, tok, block_size: int, windows: str = WINDOWS[0],
+                    titled: bool = False, untitled_every: int = UNTITLED_EVERY) -> TrainingData:
+    """语料 → 训练与验证的数据（命令行 ``train`` 用的就是这一处）。
+
+    训练集严格编码（词表就是从它来的）；验证集里词表外的字记为 <unk>。``titled=True``：以题作诗，
+    训练集是 ``《题》正文``（每 ``untitled_every`` 首有一首不带题目，见
+    :func:`gptcourse.titled.encode`），验证集只用训练集里没有的题目。``windows="poem"``：窗口只从
+    每首诗前的换行符开始（与生成时一致，见 :func:`gptcourse.data.poem_starts`）；``"random"``：
+    任意位置。"""
+    if windows not in WINDOWS:
+        raise UserError(f"windows 只能是 {' 或 '.join(WINDOWS)}，收到 {windows!r}")
+    check_titled(corpus.name, titled, untitled_every)
+    targets = None
+    if titled:                                  # 《题》正文，题目那几个位置不算损失
+        train_ids, train_y = encode_titled(titled_rows("train"), tok,
+                                           untitled_every=untitled_every)
+        val_ids, val_y = encode_titled(titled_rows("val"), tok, errors="unk")
+        targets = {"train": train_y, "val": val_y}
+    else:
+        train_ids = torch.tensor(tok.encode(corpus.train), dtype=torch.long)
+        val_ids = torch.tensor(tok.encode(corpus.val, errors="unk"), dtype=torch.long)
+    ids = {"train": train_ids, "val": val_ids}
+    starts = None if windows == "random" else \
+        {name: poem_starts(v, tok.eos_id, block_size) for name, v in ids.items()}
+    return TrainingData(ids, targets, starts)
+
+
+class Checkpoints:
+    """一次训练写出的检查点（命令行 ``train`` 用它；笔记本也可以）::
+
+        ckpts = Checkpoints("ckpt/run.pt", model, tok, optimizer)
+        train(model, ..., history=ckpts.history, on_eval=ckpts.on_eval)
+        summary = ckpts.finish(cfg)
+
+    - 每次评估（:meth:`on_eval`）：``<名>.last.pt``（带优化器，可以接着训练）；验证损失创新低时
+      ``<名>.best.pt``（只含权重）；给了 ``snapshots`` 目录时再存一份 ``step_000250.pt``，meta 里
+      记下那一刻的训练墙钟 ``wall_s``（画学习曲线、量"多久训练到目标损失"用）。
+    - 训练结束（:meth:`finish`，正常结束、发散或中断都一样）：把**这次**训练写出的 best 另存为
+      发布文件 ``<名>.pt``，meta 里加上总结；这次一次 best 都没写出过就什么也不写。
+    ``meta`` 是每个文件都带的记录（语料、配置、命令……，同一个字典：之后往里加的也会存进去）。
+    只在 0 号进程上用（:func:`train` 只在 0 号进程上调用 ``on_eval``）。写文件是原子的
+    （:func:`gptcourse.checkpoint.save`）。"""
+
+    def __init__(self, out, model: GPT, tok, optimizer: torch.optim.Optimizer | None = None,
+                 meta: dict | None = None, history: History | None = None, half: bool = False,
+                 snapshots=None):
+        self.out = Path(out)
+        self.best, self.last = self.out.with_suffix(".best.pt"), self.out.with_suffix(".last.pt")
+        self.model, self.tok, self.optimizer, self.half = model, tok, optimizer, half
+        self.meta = {} if meta is None else meta
+        self.history = History() if history is None else history
+        self.snapshots = None if snapshots is None else Path(snapshots)
+        self.best_step: int | None = None       # 这次训练写出的 best 在第几步（不是以前留下的）
+        self.t0 = time.perf_counter()           # 训练墙钟从这里算
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def on_eval(self, step: int, val: float | None, is_best: bool) -> None:
+        """:func:`train` 的 ``on_eval``：存 last，创新低时存 best，有快照目录时存快照。"""
+        meta = {**self.meta, "val_loss": val, "history": self.history.to_dict()}
+        checkpoint.save(self.last, self.model, self.tok, optimizer=self.optimizer, step=step,
+                        meta=meta)
+        if is_best:
+            checkpoint.save(self.best, self.model, self.tok, step=step, meta=meta, half=self.half)
+            self.best_step = step
+        if self.snapshots is not None:          # 学习曲线：这一刻的权重，连同训练墙钟
+            checkpoint.save(self.snapshots / f"step_{step:06d}.pt", self.model, self.tok,
+                            step=step, meta={"val_loss": val, "wall_s": round(self.elapsed(), 1),
+                                             "command": self.meta.get("command")})
+
+    def finish(self, cfg: TrainConfig, diverged: TrainingDiverged | None = None,
+               interrupted: bool = False) -> dict | None:
+        """训练结束 → 总结 {"steps", "tokens", "wall_s", "tokens_per_s", "best_val_loss"（发散时
+        还有 "diverged_at_step"，中断时 "interrupted"）}，并把验证损失最好的那一版写成发布文件
+        ``out``（只含权重，meta 里有总结与完整的 history）。这次训练没写出过 best → None，
+        什么也不写（不拿以前留下的 best 充数）。"""
+        if self.best_step is None:
+            return None
+        wall, history = self.elapsed(), self.history
+        steps = history.steps[-1]["step"] if history.steps else 0
+        tokens = steps * tokens_per_step(cfg, self.model.config.block_size)
+        summary = {"steps": steps, "tokens": tokens, "wall_s": round(wall, 1),
+                   "tokens_per_s": round(tokens / wall), "best_val_loss": history.best_val}
+        if diverged is not None:
+            summary["diverged_at_step"] = diverged.step
+        if interrupted:
+            summary["interrupted"] = True
+        model_best, _, _ = checkpoint.load(self.best)       # 发布用的文件 = 验证损失最好的那一版
+        checkpoint.save(self.out, model_best, self.tok, step=steps,
+                        meta={**self.meta, **summary, "history": history.to_dict()},
+                        half=self.half)
+        return summary

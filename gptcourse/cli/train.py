@@ -13,23 +13,34 @@ import json
 import math
 import shlex
 import sys
-import time
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from pathlib import Path
 
 import torch
 
-from .. import checkpoint, objectives, titled, verse
+from .. import checkpoint, objectives, verse
 from .. import distributed as dist_utils
 from ..config import MAX_BLOCK_SIZE, preset, preset_names
-from ..data import available_corpora, load_corpus, poem_starts, vocabulary_text
+from ..data import available_corpora, load_corpus, vocabulary_text
 from ..errors import UserError
 from ..generate import sample_poems
 from ..model import GPT
-from ..precision import resolve_bf16
+from ..precision import BF16_MODES, resolve_bf16
 from ..runtime import get_device, set_seed
 from ..tokenizer import CharTokenizer
-from ..train import History, TrainConfig, TrainingDiverged, make_optimizer, train
+from ..train import (
+    UNTITLED_EVERY,
+    WINDOWS,
+    Checkpoints,
+    History,
+    TrainConfig,
+    TrainingDiverged,
+    check_titled,
+    make_optimizer,
+    tokens_per_step,
+    train,
+    training_splits,
+)
 
 # 编译要先花一段时间（算在训练时间里），之后每步快一点：训练超过这么多步才划算。
 # 门槛 = 编译多花的秒数 ÷ 每步省下的秒数：inductor 磁盘缓存是冷的时候多花 26 秒（2026-12-01，
@@ -46,31 +57,45 @@ def compile_pays(steps: int | None, minutes: float | None) -> bool:
     return minutes is not None and minutes >= 3            # 3 分钟 ≈ 门槛步数（2 核 CPU）
 
 
+# 与 TrainConfig 的字段一一对应的选项：字段 → (选项, 说明)。类型与默认值取自字段，默认值只写在
+# TrainConfig 里（tests/test_cli_train.py 检查：不给选项时得到的 TrainConfig 就是字段的默认值）。
+# 预算（--steps / --minutes）、bf16、compile、progress 的命令行含义与字段不同，另有选项。
+CONFIG_FLAGS = {
+    "batch_size": ("--batch-size", "每个微批次几个窗口"),
+    "lr": ("--lr", "峰值学习率"),
+    "min_lr_ratio": ("--min-lr-ratio", "余弦衰减的地板 = lr × 这个比例"),
+    "warmup_steps": ("--warmup", "线性预热的步数"),
+    "weight_decay": ("--weight-decay", "AdamW 的权重衰减（只作用于矩阵与嵌入）"),
+    "grad_clip": ("--grad-clip", "梯度全局范数的上限（0 = 不裁剪）"),
+    "grad_accum": ("--grad-accum", "每步累积几个微批次的梯度"),
+    "eval_interval": ("--eval-interval", "每多少步评估一次（并存 last / best）"),
+    "eval_batches": ("--eval-batches", "每次评估每个划分取多少个批次"),
+    "seed": ("--seed", "随机种子（第 s 步的批次只由种子与 s 决定）"),
+    "bf16_mode": ("--bf16-mode", "bf16 的做法：autocast，或 weights = bf16 权重 + fp32 主权重"),
+}
+CHOICES = {"bf16_mode": BF16_MODES}
+
+
 def cli_arguments(p) -> None:
     p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
     p.add_argument("--preset", default="course", choices=preset_names())
     p.add_argument("--out", required=True, help="检查点路径（另存 <名>.best.pt 与 <名>.last.pt）")
     p.add_argument("--minutes", type=float, default=None, help="墙钟预算（分钟）")
     p.add_argument("--steps", type=int, default=None, help="步数预算")
-    p.add_argument("--batch-size", type=int, default=32)
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    for name, (flag, text) in CONFIG_FLAGS.items():
+        p.add_argument(flag, type=type(defaults[name]), default=defaults[name],
+                       choices=CHOICES.get(name), help=f"{text}（默认 %(default)s）")
     p.add_argument("--block-size", type=int, default=None, help="覆盖预设的上下文长度")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--warmup", type=int, default=100)
-    p.add_argument("--grad-accum", type=int, default=1)
     p.add_argument("--dropout", type=float, default=None, help="覆盖预设的全部 dropout")
-    p.add_argument("--eval-interval", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-bf16", action="store_true", help="关闭 bf16 自动混合精度")
     p.add_argument("--bf16", action="store_true", help="强制用 bf16（默认看硬件是否支持）")
-    p.add_argument("--bf16-mode", choices=("autocast", "weights"), default="autocast",
-                   help="bf16 的做法：autocast，或 weights = bf16 权重 + fp32 主权重")
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="用 torch.compile 加速训练（先编译约一分钟；失败时自动退回普通模式）。"
                         f"默认：步数 ≥ {COMPILE_MIN_STEPS} 时编译"
                         "（实测的门槛，见 docs/benchmarks.md）")
-    p.add_argument("--eval-batches", type=int, default=20, help="每次评估每个划分取多少个批次")
     p.add_argument("--half", action="store_true", help="以 bf16 存储权重（文件减半）")
-    p.add_argument("--windows", choices=("poem", "random"), default="poem",
+    p.add_argument("--windows", choices=WINDOWS, default=WINDOWS[0],
                    help="训练窗口的起点：poem = 每首诗前的换行符（默认，与生成时一致）；"
                         "random = 任意位置")
     p.add_argument("--probe-poems", type=int, default=0,
@@ -81,8 +106,8 @@ def cli_arguments(p) -> None:
     p.add_argument("--titled", action="store_true",
                    help="以题作诗：训练文本是 《题》正文，只在正文上算损失；"
                         "验证集只用训练集里没有的题目（只用于 tang_jinti）")
-    p.add_argument("--untitled-every", type=int, default=2, metavar="K",
-                   help="--titled 时每 K 首里有一首不带题目（默认 2：一半；0 = 全带题目），"
+    p.add_argument("--untitled-every", type=int, default=UNTITLED_EVERY, metavar="K",
+                   help="--titled 时每 K 首里有一首不带题目（默认 %(default)s；0 = 全带题目），"
                         "这样不给题目时模型照样会写")
     p.add_argument("--aux", default=None, metavar="rhyme=0.3,norepeat",
                    help="训练时的辅助目标（逗号分开，可写 名字=权重）：rhyme = 在韵脚前一个位置"
@@ -100,163 +125,154 @@ def cli_arguments(p) -> None:
 
 
 def cli_main(args) -> int:
+    """训练的全过程：检查参数 → 数据 → 模型 → train() → 收尾（发布文件与总结）。"""
+    tcfg, aux_names = _config(args)                      # 先检查参数，再做耗时的事
+    out, snapshots = _outputs(args)                      # 训练之前就确认能写，而不是训练之后
+    dist_utils.init()
+    set_seed(tcfg.seed)
+    corpus, device = load_corpus(args.corpus), get_device()
+    model, tok, init_meta = _model(args, corpus, device)
+    block_size = model.config.block_size
+    data = training_splits(corpus, tok, block_size, args.windows, args.titled,
+                           args.untitled_every)
+    aux = objectives.build(aux_names, data.ids, tok, model.config.n_embd,
+                           args.aux_weight)              # 只在训练时用的头，不进检查点
+    optimizer = make_optimizer(model, tcfg.lr, tcfg.weight_decay, tcfg.betas)
+    meta = _meta(args, tcfg, device, aux, init_meta)
+    _banner(args.preset, model, tok, device, tcfg.bf16)
+    ckpts = Checkpoints(out, model, tok, optimizer, meta=meta, half=args.half,
+                        snapshots=snapshots)
+    callbacks = [] if args.probe_poems < 1 else \
+        [_probe(args.probe_poems, tok, tokens_per_step(tcfg, block_size), ckpts)]
+    diverged = interrupted = None
+    try:
+        train(model, data.ids["train"], data.ids["val"], tcfg, optimizer=optimizer,
+              history=ckpts.history, on_eval=ckpts.on_eval, starts=data.starts,
+              targets=data.targets, callbacks=callbacks, objectives=aux)
+    except TrainingDiverged as e:               # 发散：留下发散之前最好的那一版（若有）
+        diverged = e
+    except KeyboardInterrupt:                   # Ctrl+C：同上，一行说明，退出码 130
+        interrupted = "已中断（Ctrl+C）"
+    if args.dump_rank_state:
+        _dump_rank_state(Path(args.dump_rank_state), dist_utils.rank(), model, ckpts.history)
+    code = _finish(ckpts, tcfg, diverged, interrupted)
+    dist_utils.cleanup()
+    return code
+
+
+def _config(args) -> tuple[TrainConfig, dict]:
+    """命令行参数 → (TrainConfig, 辅助目标 {名字: 权重})；不对 → UserError，什么都还没做。
+    TrainConfig 的字段由它自己检查（lr、各种尺寸、种子……），这里只查命令行自己的选项。"""
     if args.minutes is None and args.steps is None:
         raise UserError("请用 --minutes 或 --steps 给出训练预算")
     if args.no_bf16 and args.bf16:
         raise UserError("--bf16 与 --no-bf16 不能同时给出")
-    if not math.isfinite(args.lr) or args.lr <= 0:
-        raise UserError(f"需要 lr > 0 的有限数，收到 lr={args.lr}")
     if args.block_size is not None and not 1 <= args.block_size <= MAX_BLOCK_SIZE:
         raise UserError(f"block_size 必须在 [1, {MAX_BLOCK_SIZE}] 之内，收到 {args.block_size}")
+    if args.init is not None and (args.block_size is not None or args.dropout is not None):
+        raise UserError("--init 时模型结构取自检查点，不能再给 --block-size / --dropout")
     if not 0 <= args.probe_poems <= MAX_PROBE_POEMS:          # 每次评估都采样这么多首
         raise UserError(f"--probe-poems 必须在 [0, {MAX_PROBE_POEMS}] 之内，"
                         f"收到 {args.probe_poems}")
+    check_titled(args.corpus, args.titled, args.untitled_every)
     aux_names = objectives.parse(args.aux)
     if not (math.isfinite(args.aux_weight) and 0 < args.aux_weight <= objectives.MAX_WEIGHT):
         raise UserError(f"--aux-weight 必须在 (0, {objectives.MAX_WEIGHT:g}] 之内，"
                         f"收到 {args.aux_weight}")
-    out = checkpoint.check_writable(args.out)              # 训练之前就确认能写，而不是训练之后
+    compile_ = compile_pays(args.steps, args.minutes) if args.compile is None else args.compile
+    given = {name: getattr(args, flag[2:].replace("-", "_"))        # argparse 的 dest
+             for name, (flag, _) in CONFIG_FLAGS.items()}
+    tcfg = TrainConfig(**given, max_steps=args.steps, max_minutes=args.minutes, compile=compile_,
+                       bf16=False if args.no_bf16 else (True if args.bf16 else "auto"),
+                       progress=not args.no_progress)
+    return tcfg, aux_names
+
+
+def _outputs(args) -> tuple[Path, Path | None]:
+    """--out 与 --snapshots 能写吗（不能 → UserError）；--init 不能正是要写的文件。"""
+    out = checkpoint.check_writable(args.out)
     snapshots = None if args.snapshots is None else Path(args.snapshots)
     if snapshots is not None:
         snapshots.mkdir(parents=True, exist_ok=True)
         checkpoint.check_writable(snapshots / "step_000000.pt")
     _refuse_overwriting_init(args.init, out)               # 不覆盖训练的起点
-    bf16 = False if args.no_bf16 else (True if args.bf16 else "auto")
-    tcfg = TrainConfig(batch_size=args.batch_size, lr=args.lr, warmup_steps=args.warmup,
-                       max_steps=args.steps, max_minutes=args.minutes, grad_accum=args.grad_accum,
-                       eval_interval=args.eval_interval, seed=args.seed, bf16=bf16,
-                       progress=not args.no_progress, bf16_mode=args.bf16_mode,
-                       compile=compile_pays(args.steps, args.minutes) if args.compile is None
-                       else args.compile,
-                       eval_batches=args.eval_batches)            # 先检查参数，再做耗时的事
-    dist_utils.init()
-    rank = dist_utils.rank()
-    set_seed(args.seed)
-    if args.titled and args.corpus != "tang_jinti":
-        raise UserError("--titled 只用于 tang_jinti（题目来自 data/tang_jinti_meta.tsv）")
-    corpus = load_corpus(args.corpus)
-    device = get_device()
-    if args.init is not None:                   # 微调：词表和结构都来自起点检查点
-        if args.block_size is not None or args.dropout is not None:
-            raise UserError("--init 时模型结构取自检查点，不能再给 --block-size / --dropout")
+    return out, snapshots
+
+
+def _model(args, corpus, device) -> tuple[GPT, object, dict]:
+    """(模型, 词表, 起点检查点的 meta)：--init 时词表和结构都来自起点检查点（微调），否则按预设
+    新建，词表是训练集正文 + 标题 + 《》。"""
+    if args.init is not None:
         model, tok, init_meta = checkpoint.load(args.init, eval_mode=False)
-        cfg, model = model.config, model.to(device)
-    else:
-        tok = CharTokenizer.from_text(vocabulary_text(corpus))  # 训练集正文 + 标题 + 《》
-        overrides = {"vocab_size": tok.vocab_size}
-        if args.block_size is not None:
-            overrides["block_size"] = args.block_size
-        if args.dropout is not None:
-            overrides.update(dropout=args.dropout, attn_dropout=args.dropout,
-                             resid_dropout=args.dropout)
-        cfg = preset(args.preset, **overrides)
-        model = GPT(cfg).to(device)
-    targets = None
-    if args.titled:                             # 《题》正文，题目那几个位置不算损失
-        if args.untitled_every < 0:
-            raise UserError(f"--untitled-every 必须 ≥ 0，收到 {args.untitled_every}")
-        train_ids, train_y = titled.encode(titled.rows("train"), tok,
-                                           untitled_every=args.untitled_every)
-        val_ids, val_y = titled.encode(titled.rows("val"), tok, errors="unk")
-        targets = {"train": train_y, "val": val_y}
-    else:
-        train_ids = torch.tensor(tok.encode(corpus.train), dtype=torch.long)
-        val_ids = torch.tensor(tok.encode(corpus.val, errors="unk"), dtype=torch.long)
-    starts = None
-    if args.windows == "poem":              # 窗口从换行符开始：模型总能看到整首诗的上文
-        starts = {name: poem_starts(ids, tok.eos_id, cfg.block_size)
-                  for name, ids in (("train", train_ids), ("val", val_ids))}
-    aux = objectives.build(aux_names, {"train": train_ids, "val": val_ids}, tok, cfg.n_embd,
-                           args.aux_weight)            # 只在训练时用的头，不进检查点
-    best_path, last_path = out.with_suffix(".best.pt"), out.with_suffix(".last.pt")
-    optimizer = make_optimizer(model, tcfg.lr, tcfg.weight_decay, tcfg.betas)
-    history = History()
-    used_bf16, bf16_reason = resolve_bf16(bf16, device)          # 只看硬件能力，每次都一样
+        return model.to(device), tok, init_meta
+    tok = CharTokenizer.from_text(vocabulary_text(corpus))
+    overrides = {"vocab_size": tok.vocab_size}
+    if args.block_size is not None:
+        overrides["block_size"] = args.block_size
+    if args.dropout is not None:
+        overrides.update(dropout=args.dropout, attn_dropout=args.dropout,
+                         resid_dropout=args.dropout)
+    return GPT(preset(args.preset, **overrides)).to(device), tok, {}
+
+
+def _meta(args, tcfg: TrainConfig, device, aux, init_meta: dict) -> dict:
+    """每个检查点都带的训练记录（命令、配置、bf16 的决定……）；"probe" 由探针往里加。"""
     meta = {"corpus": args.corpus, "preset": args.preset, "train_config": asdict(tcfg),
-            "bf16": used_bf16, "windows": args.windows, "world_size": dist_utils.world_size(),
-            "command": _command(args), "titled": args.titled,
-            **({"aux": {o.name: o.weight for o in aux}} if aux else {}),
-            **({"init": {"checkpoint": str(args.init), "step": init_meta.get("step"),
-                         "val_loss": init_meta.get("val_loss")}} if args.init else {})}
-    if rank == 0:
-        n = sum(p.numel() for p in model.parameters())
-        print(f"模型 {args.preset}：{n:,} 个参数；词表 {tok.vocab_size}；设备 {device.type}；"
-              f"bf16={'开' if used_bf16 else '关'}（{bf16_reason}）；"
-              f"进程数 {dist_utils.world_size()}")
+            "bf16": resolve_bf16(tcfg.bf16, device)[0], "windows": args.windows,
+            "world_size": dist_utils.world_size(), "command": _command(args),
+            "titled": args.titled, "probe": []}
+    if aux:
+        meta["aux"] = {o.name: o.weight for o in aux}
+    if args.init is not None:
+        meta["init"] = {"checkpoint": str(args.init), "step": init_meta.get("step"),
+                        "val_loss": init_meta.get("val_loss")}
+    return meta
 
-    written: dict = {}                                 # 这次训练写出的 best（不是以前留下的）
 
-    def on_eval(step, val, is_best):                  # 只在 0 号进程上被调用
-        m = {**meta, "val_loss": val, "history": history.to_dict()}
-        checkpoint.save(last_path, model, tok, optimizer=optimizer, step=step, meta=m)
-        if is_best:
-            checkpoint.save(best_path, model, tok, step=step, meta=m, half=args.half)
-            written["best"] = step
-        if snapshots is not None:                     # 学习曲线：这一刻的权重，连同训练墙钟
-            checkpoint.save(snapshots / f"step_{step:06d}.pt", model, tok, step=step,
-                            meta={"val_loss": val, "wall_s": round(time.perf_counter() - t0, 1),
-                                  "command": meta["command"]})
+def _banner(preset_name: str, model: GPT, tok, device, bf16) -> None:
+    """0 号进程打印一行：模型多大、词表、设备、bf16 用不用（与理由）、进程数。"""
+    if dist_utils.rank() == 0:
+        used, reason = resolve_bf16(bf16, device)     # 只看硬件能力，每次都一样（同 meta）
+        print(f"模型 {preset_name}：{sum(p.numel() for p in model.parameters()):,} 个参数；"
+              f"词表 {tok.vocab_size}；设备 {device.type}；bf16={'开' if used else '关'}"
+              f"（{reason}）；进程数 {dist_utils.world_size()}")
 
-    t0 = time.perf_counter()
-    probes: list[dict] = []
-    meta["probe"] = probes
 
-    def probe(step, model_, history_):               # 训练曲线：自由采样的诗写得像不像、押不押韵
-        if args.probe_poems < 1 or rank != 0:
-            return
-        poems = sample_poems(model_, tok, args.probe_poems, seed=10_000, temperature=0.8)
+def _probe(n_poems: int, tok, per_step: int, ckpts: Checkpoints):
+    """训练曲线的探针（train 的回调，只在 0 号进程上调用）：每次评估自由采样 n_poems 首，
+    记下诗体合格率、押韵率、重韵率与平仄，追加到 ``meta["probe"]``。"""
+    def probe(step, model_, history_):
+        poems = sample_poems(model_, tok, n_poems, seed=10_000, temperature=0.8)
         rhyme, tonal = verse.rates(poems)
-        probes.append({"step": step, "tokens": step * tcfg.batch_size * cfg.block_size
-                       * tcfg.grad_accum * dist_utils.world_size(),
-                       "wall_s": round(time.perf_counter() - t0, 1),
-                       "val_loss": history_.evals[-1].get("val") if history_.evals else None,
-                       "form_rate": sum(map(verse.is_valid_form, poems)) / len(poems),
-                       "rhyme_rate": rhyme, "repeated_rate": verse.repeated_rhyme_rate(poems),
-                       "tonal_share": tonal})
+        ckpts.meta["probe"].append({
+            "step": step, "tokens": step * per_step, "wall_s": round(ckpts.elapsed(), 1),
+            "val_loss": history_.evals[-1].get("val") if history_.evals else None,
+            "form_rate": sum(map(verse.is_valid_form, poems)) / len(poems),
+            "rhyme_rate": rhyme, "repeated_rate": verse.repeated_rhyme_rate(poems),
+            "tonal_share": tonal})
+    return probe
 
-    diverged = interrupted = None
-    try:
-        history = train(model, train_ids, val_ids, tcfg, optimizer=optimizer, history=history,
-                        on_eval=on_eval, starts=starts, targets=targets, callbacks=[probe],
-                        objectives=aux)
-    except TrainingDiverged as e:               # 发散：留下发散之前最好的那一版（若有）
-        diverged, history = e, e.history
-    except KeyboardInterrupt:                   # Ctrl+C：同上，一行说明，退出码 130
-        interrupted = "已中断（Ctrl+C）"
-    wall = time.perf_counter() - t0
-    steps = history.steps[-1]["step"] if history.steps else 0
-    if args.dump_rank_state:
-        _dump_rank_state(Path(args.dump_rank_state), rank, model, history)
+
+def _finish(ckpts: Checkpoints, tcfg: TrainConfig, diverged, interrupted) -> int:
+    """收尾 → 退出码：0 号进程写发布文件（:meth:`Checkpoints.finish`），打印总结或一行说明。"""
     failed, code = (f"错误：{diverged}", 1) if diverged is not None else (interrupted, 130)
-    if rank == 0 and "best" not in written:       # 这次训练没有写出过 best：不拿以前留下的充数
+    if dist_utils.rank() != 0:                   # 只有 0 号进程写文件、打印
+        return code if failed else 0
+    summary = ckpts.finish(tcfg, diverged, bool(interrupted))
+    if summary is None:                          # 这次训练没有写出过 best：不拿以前留下的充数
         why = "在那之前没有一次有限的验证损失" if diverged is not None else "还没有评估过一次"
-        stale = f"（{best_path.name} 是以前的训练留下的，没有动它）" if best_path.exists() else ""
-        print(f"{failed or '错误：训练结束'}。{why}，所以没有写出检查点 {out}{stale}",
+        stale = f"（{ckpts.best.name} 是以前的训练留下的，没有动它）" if ckpts.best.exists() else ""
+        print(f"{failed or '错误：训练结束'}。{why}，所以没有写出检查点 {ckpts.out}{stale}",
               file=sys.stderr)
-        dist_utils.cleanup()
         return code if failed else 1
-    if rank == 0:
-        tokens = steps * tcfg.batch_size * cfg.block_size * tcfg.grad_accum * \
-            dist_utils.world_size()
-        summary = {"steps": steps, "tokens": tokens, "wall_s": round(wall, 1),
-                   "tokens_per_s": round(tokens / wall), "best_val_loss": history.best_val}
-        if diverged is not None:
-            summary["diverged_at_step"] = diverged.step
-        if interrupted:
-            summary["interrupted"] = True
-        # 发布用的文件 = 验证损失最好的那一版（只含权重，不含优化器状态）
-        model_best, _, _ = checkpoint.load(best_path)
-        checkpoint.save(out, model_best, tok, step=steps,
-                        meta={**meta, **summary, "history": history.to_dict()}, half=args.half)
-        if failed:
-            when = "发散" if diverged is not None else "中断"
-            print(f"{failed}。已把{when}之前验证损失最好的检查点写到 {out}"
-                  f"（第 {written['best']} 步）：" + json.dumps(summary, ensure_ascii=False),
-                  file=sys.stderr)
-        else:
-            print("训练完成：" + json.dumps(summary, ensure_ascii=False))
-    dist_utils.cleanup()
-    return code if failed else 0
+    if failed:
+        when = "发散" if diverged is not None else "中断"
+        print(f"{failed}。已把{when}之前验证损失最好的检查点写到 {ckpts.out}"
+              f"（第 {ckpts.best_step} 步）：" + json.dumps(summary, ensure_ascii=False),
+              file=sys.stderr)
+        return code
+    print("训练完成：" + json.dumps(summary, ensure_ascii=False))
+    return 0
 
 
 def _refuse_overwriting_init(init, out: Path) -> None:
