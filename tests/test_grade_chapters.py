@@ -86,10 +86,13 @@ def _require_sandbox() -> None:
     pytest.skip(f"本机没有可用的沙箱：{why}")
 
 
-@pytest.mark.slow
+@pytest.mark.full_grading
 def test_each_teacher_edition_scores_full_marks_and_each_student_edition_zero(tmp_path):
     """五章的教师版当作作业交上来：每道题都“正确”；原样的学生版：每道题都“未作答”、0 分。
-    一个班 10 份，``--jobs 2``（学生版一个字没写，不必运行）。"""
+    一个班 10 份，``--jobs 2``（学生版一个字没写，不必运行）。
+
+    评分在沙箱里把五本教师版各重跑一遍（快速模式），而默认的 ``pytest`` 里 nbval 已经执行过它们；
+    所以它标记 ``full_grading``，不在默认命令里，由 ``.ci/run`` 的第二步（与学生版同一步）跑。"""
     _require_sandbox()
     paths = []
     for num, path in CHAPTERS.items():
@@ -148,3 +151,20 @@ def test_the_answer_handout_has_every_exercise():
         found = {e["id"] for e in exercises(nb)}
         checks = {g.removesuffix("-check") for g in _check_ids(nb)}
         assert checks <= found, (num, checks - found)
+
+
+def test_ci_runs_every_marker_the_default_command_leaves_out():
+    """默认的 ``pytest`` 排除的标记（``full_grading`` 整本评分、``student_edition``）都在
+    ``.ci/run`` 的第二步里跑；只有 ``fallback_audit``（几十次整本执行）是手动跑的。"""
+    import re
+    import shlex
+
+    from gptcourse.runtime import ROOT
+    toml = (ROOT / "pyproject.toml").read_text("utf-8")      # Python 3.10 还没有 tomllib
+    args = shlex.split(re.search(r'^addopts = "(.*)"$', toml, re.M).group(1))
+    left_out = set(re.findall(r"not (\w+)", args[args.index("-m") + 1]))
+    assert {"full_grading", "student_edition", "fallback_audit"} <= left_out
+    run = (ROOT / ".ci" / "run").read_text("utf-8")
+    steps = [shlex.split(line) for line in run.splitlines() if line.startswith("pytest -m ")]
+    in_ci = {m for s in steps for m in re.findall(r"\w+", s[2]) if m not in ("or", "and", "not")}
+    assert left_out - in_ci == {"fallback_audit"}, in_ci
