@@ -35,6 +35,7 @@ SNAP_EVERY = 250                # 与发布配方的评估间隔相同
 CAP_RATIO = 2.0                 # 参照最多训练发布配方墙钟的这么多倍
 QUICK = ["--preset", "mini", "--steps", "4", "--eval-interval", "2", "--no-compile",
          "--probe-poems", "0"]  # 快速模式（测试用）：后给的参数覆盖配方里的同名参数
+QUICK_VAL_CHARS = 4_000         # 快速模式只在验证集的开头这么多字上量（测的是流程，不是损失）
 
 
 def recipe() -> list[str]:
@@ -49,6 +50,11 @@ def arrival(rows: list[dict], target: float) -> float | None:
     return next((r["wall_s"] for r in rows if r["val"] <= target), None)
 
 
+def _val(quick: bool) -> str:
+    val = load_corpus("tang_jinti").val
+    return val[:QUICK_VAL_CHARS] if quick else val
+
+
 def release_run(work: Path, quick: bool) -> dict:
     """照发布配方训练一次（带快照），返回 {"command", "rows", "wall_s"}。"""
     from ..cli import main as cli_main
@@ -59,12 +65,12 @@ def release_run(work: Path, quick: bool) -> dict:
     if cli_main(["train", *args]) != 0:
         raise RuntimeError("发布配方的训练没有成功（见上面的输出）")
     wall = time.perf_counter() - t0
-    corpus = load_corpus("tang_jinti")
+    val = _val(quick)
     rows = []
     for path in sorted((work / "snap").glob("step_*.pt")):
         model, tok, meta = checkpoint.load(path)
         rows.append({"step": meta["step"], "wall_s": meta["wall_s"],
-                     "val": round(split_loss(model, tok, corpus.val), 4)})
+                     "val": round(split_loss(model, tok, val), 4)})
         print(f"  发布配方 第 {rows[-1]['step']} 步 {rows[-1]['wall_s']:.0f} 秒："
               f"split_loss {rows[-1]['val']:.4f}")
     return {"command": "python -m gptcourse train " + shlex.join(args[:-4]), "rows": rows,
@@ -79,13 +85,14 @@ def reference_run(cap_s: float, quick: bool) -> dict:
     set_seed(0)
     model = GPT(preset("mini" if quick else "course", vocab_size=tok.vocab_size))
     B, T, every = 16, model.config.block_size, (2 if quick else SNAP_EVERY)
+    val_text = _val(quick)
     rows, trained, step = [], 0.0, 0
     while True:
         tok_s = reference_loop(model, data, B, T, every, first_step=step)
         step, trained = step + every, trained + B * T * every / tok_s
         model.eval()
         with torch.no_grad():
-            val = split_loss(model, tok, corpus.val)
+            val = split_loss(model, tok, val_text)
         rows.append({"step": step, "wall_s": round(trained, 1), "val": round(val, 4)})
         print(f"  参照 第 {step} 步 {trained:.0f} 秒：split_loss {val:.4f}")
         if val <= min(TARGETS) or trained >= cap_s or (quick and step >= 4):
