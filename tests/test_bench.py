@@ -26,6 +26,22 @@ def test_busy_reasons():
     assert "别的进程" in machine.busy_reasons([snap(share=0.5)], [])[0]
     assert "负载平均" in machine.busy_reasons([snap(load=1.0)], [])[0]
     assert "相差 20%" in machine.busy_reasons([snap()], [100.0, 80.0])[0]
+    assert machine.busy_reasons([snap()], [100.0, 88.0]) == []      # 宿主的噪声（11 %）不算忙
+
+
+def test_busy_reasons_counts_host_steal():
+    a, b = snap(), snap()
+    a["steal_jiffies"], b["steal_jiffies"] = (100, 10_000), (150, 11_000)      # 5 %：还行
+    assert machine.busy_reasons([a, b], []) == []
+    b["steal_jiffies"] = (200, 11_000)                                         # 10 %：忙
+    assert "steal" in machine.busy_reasons([a, b], [])[0]
+    assert machine.steal_share(None, b["steal_jiffies"]) is None
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="读 /proc：只在 Linux 上")
+def test_steal_jiffies_reads_proc():
+    steal, total = machine.steal_jiffies()
+    assert 0 <= steal <= total and total > 0
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ..runtime import ROOT
 from . import BENCHMARKS, OPTIONAL
-from .machine import busy_reasons, limits, machine_info, matmul_ceiling, snapshot
+from .machine import CEILING_REPEATS, busy_reasons, limits, machine_info, matmul_ceiling, snapshot
 from .report import markdown
 
 
@@ -52,7 +52,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"===== {name} =====")
         results[name] = importlib.import_module(f".{name}", __package__).run(quick=args.quick)
         fp32 += results[name].get("fp32_samples", [])
-        fp32.append(matmul_ceiling(results["limits"]["fp32"]["n"], 5)["gflops"])  # 各项之间重测
+        again = matmul_ceiling(results["limits"]["fp32"]["n"], CEILING_REPEATS)   # 各项之间重测
+        fp32.append(again["gflops"])
         print()
     after = snapshot()
     busy = busy_reasons([before, after], fp32)

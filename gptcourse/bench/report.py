@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .generation import _md, markdown_levers, markdown_table
+from .machine import steal_share
 
 
 def _machine(r: dict) -> list[str]:
@@ -26,6 +27,14 @@ def _machine(r: dict) -> list[str]:
                    f"（{lim['fp32']['n']}²），bf16 {lim['bf16']['gflops']:.1f} GFLOP/s"
                    f"（{lim['bf16']['n']}²），内存带宽 {lim['memory']['gb_s']:.1f} GB/s"
                    f"（{lim['memory']['megabytes']} MB 复制）。")
+    fp32 = r.get("quiet", {}).get("fp32_samples") or []
+    steal = steal_share(before.get("steal_jiffies"), after.get("steal_jiffies"))
+    if len(fp32) > 1:
+        drift = 1 - min(fp32) / max(fp32)
+        out.append(f"- 安静程度：fp32 上限在各段之间重测 {len(fp32)} 次，"
+                   f"{min(fp32):.1f}…{max(fp32):.1f} GFLOP/s（相差 {drift:.0%}）"
+                   + (f"；宿主抢走（steal）测量期间 CPU 时间的 {steal:.1%}" if steal is not None
+                      else "") + "。")
     busy = r.get("quiet", {}).get("busy")
     if busy:
         out += ["", "> **机器忙（用 --allow-busy 写出）：下面每个数字都不可信。** 理由："

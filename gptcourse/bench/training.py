@@ -26,7 +26,7 @@ from ..data import get_batch
 from ..model import GPT
 from ..precision import bf16_decision
 from ..train import TrainConfig, batch_generator, param_groups, train
-from .machine import limits, machine_info, matmul_ceiling
+from .machine import CEILING_REPEATS, limits, machine_info, matmul_ceiling
 
 EVAL_EVERY, EVAL_BATCHES = 250, 10           # 发布配方的评估频率（见 docs/benchmarks.md）
 
@@ -110,7 +110,7 @@ def run(quick: bool = False, vocab_size: int | None = None) -> dict:
         rates["参照"].append(reference_loop(models["参照"], data, B, T, seg, start))
         for name, c in cases.items():
             rates[name].append(_train_segment(models[name], data, val, c, start, seg))
-        again = matmul_ceiling(ceilings["fp32"]["n"], 5)           # 上限也在各段之间重测，取最好
+        again = matmul_ceiling(ceilings["fp32"]["n"], CEILING_REPEATS)   # 各段之间重测，取最好
         fp32_samples.append(again["gflops"])
         ceilings["fp32"] = max(ceilings["fp32"], again, key=lambda d: d["gflops"])
     ref = statistics.median(rates["参照"])
