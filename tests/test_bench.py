@@ -25,8 +25,9 @@ def test_busy_reasons():
     assert machine.busy_reasons([snap(), snap()], [100.0, 95.0]) == []
     assert "别的进程" in machine.busy_reasons([snap(share=0.5)], [])[0]
     assert "负载平均" in machine.busy_reasons([snap(load=1.0)], [])[0]
-    assert "相差 20%" in machine.busy_reasons([snap()], [100.0, 80.0])[0]
+    assert "低 20%" in machine.busy_reasons([snap()], [100.0, 80.0, 80.0])[0]
     assert machine.busy_reasons([snap()], [100.0, 88.0]) == []      # 宿主的噪声（11 %）不算忙
+    assert machine.busy_reasons([snap()], [100.0, 97.0, 75.0, 99.0]) == []   # 一次抖动不算忙
 
 
 def test_busy_reasons_counts_host_steal():

@@ -2,6 +2,8 @@
 每个数都来自这次运行；机器忙时（``--allow-busy``）每一节都标明。"""
 from __future__ import annotations
 
+import statistics
+
 from .generation import _md, markdown_levers, markdown_table
 from .machine import steal_share
 
@@ -30,9 +32,9 @@ def _machine(r: dict) -> list[str]:
     fp32 = r.get("quiet", {}).get("fp32_samples") or []
     steal = steal_share(before.get("steal_jiffies"), after.get("steal_jiffies"))
     if len(fp32) > 1:
-        drift = 1 - min(fp32) / max(fp32)
+        drift = 1 - statistics.median(fp32) / max(fp32)
         out.append(f"- 安静程度：fp32 上限在各段之间重测 {len(fp32)} 次，"
-                   f"{min(fp32):.1f}…{max(fp32):.1f} GFLOP/s（相差 {drift:.0%}）"
+                   f"{min(fp32):.1f}…{max(fp32):.1f} GFLOP/s（中位数比最好的低 {drift:.0%}）"
                    + (f"；宿主抢走（steal）测量期间 CPU 时间的 {steal:.1%}" if steal is not None
                       else "") + "。")
     busy = r.get("quiet", {}).get("busy")
