@@ -2,6 +2,7 @@
 测试从不计时：这里只看基准的判断与结构，不看速度数字。"""
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -155,3 +156,18 @@ def test_time_to_target_runs_the_shipped_recipe_and_reports_it(capsys):
     md = report.markdown({"target": r, "machine": {}, "limits": {}})
     assert "发布配方训练到目标损失的时间" in md and "参照 ÷ 发布配方" in md
     assert "还没有量过" in report.markdown({"machine": {}, "limits": {}})
+
+
+def test_markdown_names_the_run_of_each_section():
+    """--only 分几次跑时，docs/benchmarks.md 写明每一节来自哪一次运行（开始时间与安静程度）。"""
+    from gptcourse.bench.report import markdown
+    from gptcourse.runtime import ROOT
+
+    r = json.loads((ROOT / "docs" / "benchmarks.json").read_text(encoding="utf-8"))
+    starts = {run["quiet"]["before"]["time"] for run in r["runs"].values()}
+    text = markdown(r)
+    assert all(f"开始 {s}" in text for s in starts)
+    if len(starts) > 1:
+        assert "合并了几次运行" in text
+    r["runs"] = {k: v | {"quiet": r["runs"]["training"]["quiet"]} for k, v in r["runs"].items()}
+    assert "合并了几次运行" not in markdown(r)                      # 一次运行：不用逐节说明

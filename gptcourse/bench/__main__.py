@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     if args.only and out.exists():            # 只跑某几项时，保留 JSON 里其他项上次的结果
         results = json.loads(out.read_text(encoding="utf-8"))
-    results |= {"date": time.strftime("%Y-%m-%d %H:%M"), "quick": args.quick,
-                "machine": machine_info(), "limits": limits(args.quick)}
+    run = {"date": time.strftime("%Y-%m-%d %H:%M"), "quick": args.quick,
+           "machine": machine_info(), "limits": limits(args.quick)}
+    results |= run
     fp32 = [results["limits"]["fp32"]["gflops"]]
     for name in args.only or BENCHMARKS:
         print(f"===== {name} =====")
@@ -58,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     after = snapshot()
     busy = busy_reasons([before, after], fp32)
     results["quiet"] = {"before": before, "after": after, "fp32_samples": fp32, "busy": busy}
+    for name in args.only or BENCHMARKS:      # 每一项记下它来自哪一次运行（--only 时各不相同）
+        results.setdefault("runs", {})[name] = run | {"quiet": results["quiet"]}
     if busy and not args.allow_busy:
         print("测量期间机器不安静，结果没有写出：" + "；".join(busy), file=sys.stderr)
         return 3

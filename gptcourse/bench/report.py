@@ -8,6 +8,21 @@ from .generation import _md, markdown_levers, markdown_table
 from .machine import steal_share
 
 
+def _quiet(q: dict) -> str:
+    """一次运行的安静程度：fp32 上限的重测与宿主抢走的时间。"""
+    fp32 = q.get("fp32_samples") or []
+    steal = steal_share(q.get("before", {}).get("steal_jiffies"),
+                        q.get("after", {}).get("steal_jiffies"))
+    text = ""
+    if len(fp32) > 1:
+        drift = 1 - statistics.median(fp32) / max(fp32)
+        text = (f"fp32 上限在各段之间重测 {len(fp32)} 次，{min(fp32):.1f}…{max(fp32):.1f} GFLOP/s"
+                f"（中位数比最好的低 {drift:.0%}）")
+    if steal is not None:
+        text += f"{'；' if text else ''}宿主抢走（steal）测量期间 CPU 时间的 {steal:.1%}"
+    return text
+
+
 def _machine(r: dict) -> list[str]:
     m = r.get("machine", {})
     before, after = r.get("quiet", {}).get("before", {}), r.get("quiet", {}).get("after", {})
@@ -29,14 +44,21 @@ def _machine(r: dict) -> list[str]:
                    f"（{lim['fp32']['n']}²），bf16 {lim['bf16']['gflops']:.1f} GFLOP/s"
                    f"（{lim['bf16']['n']}²），内存带宽 {lim['memory']['gb_s']:.1f} GB/s"
                    f"（{lim['memory']['megabytes']} MB 复制）。")
-    fp32 = r.get("quiet", {}).get("fp32_samples") or []
-    steal = steal_share(before.get("steal_jiffies"), after.get("steal_jiffies"))
-    if len(fp32) > 1:
-        drift = 1 - statistics.median(fp32) / max(fp32)
-        out.append(f"- 安静程度：fp32 上限在各段之间重测 {len(fp32)} 次，"
-                   f"{min(fp32):.1f}…{max(fp32):.1f} GFLOP/s（中位数比最好的低 {drift:.0%}）"
-                   + (f"；宿主抢走（steal）测量期间 CPU 时间的 {steal:.1%}" if steal is not None
-                      else "") + "。")
+    if len(r.get("quiet", {}).get("fp32_samples") or []) > 1:
+        out.append("- 安静程度：" + _quiet(r["quiet"]) + "。")
+    runs = r.get("runs") or {}
+    by_start: dict[str, list[str]] = {}
+    for name, run in runs.items():
+        by_start.setdefault(run["quiet"]["before"].get("time", "？"), []).append(name)
+    if len(by_start) > 1:                     # --only 分几次跑的：每一节来自哪一次运行
+        out.append("- 这份文件合并了几次运行（每一节的数字都来自同一次运行）：")
+        for names in by_start.values():
+            run = runs[names[0]]
+            q, lim = run["quiet"], run["limits"]
+            out.append(f"  - {'、'.join(names)}：开始 {q['before'].get('time', '？')}"
+                       f"（{load(q['before'])}），结束 {q['after'].get('time', '？')}；"
+                       f"fp32 上限 {lim['fp32']['gflops']:.1f} GFLOP/s，"
+                       + _quiet(q) + "。")
     busy = r.get("quiet", {}).get("busy")
     if busy:
         out += ["", "> **机器忙（用 --allow-busy 写出）：下面每个数字都不可信。** 理由："
@@ -130,7 +152,7 @@ def _generation(g: dict) -> list[str]:
 
 def markdown(results: dict) -> str:
     lines = ["# 速度基准", "",
-             "本文件由 `python -m gptcourse.bench` 自动生成，数字全部来自同一次运行"
+             "本文件由 `python -m gptcourse.bench` 自动生成，每一节的数字都来自同一次运行"
              "（原始数据 `docs/benchmarks.json`）；测试套件从不计时。机器不安静时基准拒绝写出本文件"
              "（理由见 `gptcourse/bench/machine.py`）。", "", *_machine(results), ""]
     if "training" in results:
