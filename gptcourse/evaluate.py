@@ -29,7 +29,7 @@ from .errors import UserError
 from .model import eval_mode
 from .titled import normalise, titled
 from .verse import PUNCT as SENTENCE_MARKS  # 断句的标点（规则在 verse；语料里只出现 ，。？！）
-from .verse import is_hanzi
+from .verse import analyze, is_hanzi
 
 K_GRID = (1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0)     # 加 k 平滑的候选 k（在验证集上挑）
 LN2 = math.log(2)
@@ -267,15 +267,43 @@ def poem_nll(model, tok, poems: list[str]) -> list[float]:
 
 
 def bootstrap_interval(values, n_boot: int = 2000, level: float = 0.95,
-                       seed: int = 0) -> tuple[float, float]:
-    """均值的自助法（bootstrap）置信区间：有放回地重抽 ``n_boot`` 次，取均值的分位数。"""
+                       seed: int = 0, weights=None) -> tuple[float, float]:
+    """均值的自助法（bootstrap）置信区间：有放回地重抽 ``n_boot`` 次，取均值的分位数。
+
+    给了 ``weights`` 时是加权均值 Σwx / Σw 的区间（一起重抽）：例如平仄合格率 = 成立的规则 /
+    可判断的规则，x = 每首诗的合格率、w = 每首诗可判断的规则数。"""
     x = np.asarray(values, dtype=float)
     if x.size == 0:
         raise UserError("bootstrap_interval 需要至少一个数")
+    w = np.ones_like(x) if weights is None else np.asarray(weights, dtype=float)
+    if w.shape != x.shape or (w < 0).any() or w.sum() <= 0:
+        raise UserError(f"weights 要与 values 一样长（{x.size}）、非负、总和 > 0")
     rng = np.random.default_rng(seed)
-    means = x[rng.integers(0, x.size, (n_boot, x.size))].mean(1)              # [n_boot]
+    idx = rng.integers(0, x.size, (n_boot, x.size))                             # [n_boot, n]
+    means = ((x * w)[idx].sum(1) / np.maximum(w[idx].sum(1), 1e-300) if weights is not None
+             else x[idx].mean(1))                                               # [n_boot]
     lo, hi = np.quantile(means, [(1 - level) / 2, (1 + level) / 2])
     return float(lo), float(hi)
+
+
+def verse_rates(poems: list[str], seed: int = 0) -> dict[str, float | tuple[float, float]]:
+    """一组诗的格律：诗体合格率、押韵率、重韵率、平仄合格率（与 ``verse.rates`` /
+    ``verse.repeated_rhyme_rate`` 同样的定义），每项带 95 % 自助法区间（按诗重抽；平仄按
+    可判断的规则数加权，所以仍是"成立的规则 / 可判断的规则"）。"""
+    if not poems:
+        raise UserError("poems 为空")
+    reports = [analyze(p.removesuffix("\n")) for p in poems]
+    columns = {"form": [a.valid_form for a in reports],
+               "rhyme": [a.valid_form and a.rhymes for a in reports],
+               "repeated": [a.valid_form and a.rhymes and bool(a.repeated_rhymes) for a in reports]}
+    out: dict[str, float | tuple[float, float]] = {"n": len(reports)}
+    for name, col in columns.items():
+        out[name], out[f"{name}_ci"] = float(np.mean(col)), bootstrap_interval(col, seed=seed)
+    held, checkable = np.array([a.held for a in reports]), np.array([a.checkable for a in reports])
+    out["tonal"] = float(held.sum() / checkable.sum()) if checkable.sum() else 0.0
+    out["tonal_ci"] = (bootstrap_interval(held / np.maximum(checkable, 1), seed=seed,
+                                          weights=checkable) if checkable.sum() else (0.0, 0.0))
+    return out
 
 
 def body_nll(model, tok, body: str, title: str | None = None) -> float:

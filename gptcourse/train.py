@@ -60,6 +60,7 @@ class TrainConfig:
     bf16_mode: str = "autocast"       # "autocast" 或 "weights"（bf16 权重 + fp32 主权重）
     compile: bool = False             # torch.compile 前向与反向；失败时退回普通模式
     log_interval: int = 10            # 每多少步把损失取回一次（进度条、发散检查）
+    optimizer: str = "adamw"          # "adamw"，或 "muon"（各层的矩阵用 Muon，见 MuonAdamW）
 
     def __post_init__(self):
         if self.max_steps is None and self.max_minutes is None:
@@ -89,6 +90,8 @@ class TrainConfig:
             raise UserError(f"min_lr_ratio 必须在 [0, 1] 内，收到 {self.min_lr_ratio}")
         if self.bf16 not in (True, False, "auto"):
             raise UserError(f"bf16 只能是 True、False 或 'auto'，收到 {self.bf16!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise UserError(f"optimizer 只能是 {' 或 '.join(OPTIMIZERS)}，收到 {self.optimizer!r}")
         if self.bf16_mode not in BF16_MODES:
             raise UserError(f"bf16_mode 只能是 {' 或 '.join(BF16_MODES)}，收到 {self.bf16_mode!r}")
 
@@ -152,8 +155,75 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.1,
-                   betas=(0.9, 0.95)) -> torch.optim.AdamW:
+                   betas=(0.9, 0.95), kind: str = "adamw") -> torch.optim.Optimizer:
+    if kind == "muon":
+        return MuonAdamW(model, lr, weight_decay, betas)
     return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas)
+
+
+OPTIMIZERS = ("adamw", "muon")
+
+
+class MuonAdamW:
+    """Muon 管各层里的矩阵（注意力与 MLP 的权重：把每一步的更新正交化），AdamW 管其余的
+    （嵌入 / 输出头这个共享的大矩阵、归一化的 γ，以及训练时加进来的辅助头）。
+
+    ``torch.optim.Muon`` 用 ``adjust_lr_fn="match_rms_adamw"``：更新的均方根与 AdamW 相当，
+    所以两部分用同一个学习率和同一条日程。对外像一个优化器：``param_groups`` 是两部分的组连在一起
+    （Muon 在前），``state_dict`` 的参数编号也连着排，检查点与续训照常。"""
+
+    def __init__(self, model: torch.nn.Module, lr: float, weight_decay: float, betas):
+        embedding = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding)
+                     for p in m.parameters()}
+        params = [p for p in model.parameters() if p.requires_grad]
+        matrices = [p for p in params if p.dim() == 2 and id(p) not in embedding]
+        inside = {id(p) for p in matrices}
+        rest = [p for p in params if id(p) not in inside]
+        self.muon = torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay,
+                                     adjust_lr_fn="match_rms_adamw")
+        self.adamw = torch.optim.AdamW(
+            [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay},
+             {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}],
+            lr=lr, betas=betas)
+        self.parts = (self.muon, self.adamw)
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return [g for o in self.parts for g in o.param_groups]
+
+    def add_param_group(self, group: dict) -> None:                  # 辅助头：交给 AdamW
+        self.adamw.add_param_group(group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for o in self.parts:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        for o in self.parts:
+            o.step()
+
+    def state_dict(self) -> dict:
+        """与单个优化器同样的格式：参数编号在两部分之间连着排。"""
+        out, offset = {"state": {}, "param_groups": []}, 0
+        for o in self.parts:
+            sd = o.state_dict()
+            out["state"] |= {i + offset: st for i, st in sd["state"].items()}
+            out["param_groups"] += [{**g, "params": [i + offset for i in g["params"]]}
+                                    for g in sd["param_groups"]]
+            offset += sum(len(g["params"]) for g in o.param_groups)
+        return out
+
+    def load_state_dict(self, saved: dict) -> None:
+        groups, offset = list(saved["param_groups"]), 0
+        for o in self.parts:
+            mine, groups = groups[:len(o.param_groups)], groups[len(o.param_groups):]
+            n = sum(len(g["params"]) for g in mine)
+            o.load_state_dict({
+                "state": {i - offset: st for i, st in saved["state"].items()
+                          if offset <= i < offset + n},
+                "param_groups": [{**g, "params": [i - offset for i in g["params"]]}
+                                 for g in mine]})
+            offset += n
 
 
 def cosine_lr(frac: float, max_lr: float, min_lr_ratio: float = 0.1) -> float:
@@ -316,7 +386,8 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     check_memory(cfg, model.config, device)                       # 分配之前：批次放得下吗
     rank, world = dist_utils.rank(), dist_utils.world_size()
     objectives = tuple(o.to(device) for o in objectives)
-    optimizer = optimizer or make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas)
+    optimizer = optimizer or make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas,
+                                            cfg.optimizer)
     _add_heads(optimizer, objectives, cfg.weight_decay)
     history = history if history is not None else History()
     use_bf16, reason = resolve_bf16(cfg.bf16, device)

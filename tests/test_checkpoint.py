@@ -195,11 +195,13 @@ def test_resume_refuses_mismatches(tmp_path, tok):
         checkpoint.resume(path, model, make_optimizer(model, 1e-3))
 
 
-def test_resume_matches_uninterrupted_run(tmp_path, tok, ids):
-    """N 步一口气训完  ==  N/2 步 + 存盘 + 读回（新对象）+ N/2 步：权重与损失记录都一样。"""
+@pytest.mark.parametrize("kind", ["adamw", "muon"])
+def test_resume_matches_uninterrupted_run(tmp_path, tok, ids, kind):
+    """N 步一口气训完  ==  N/2 步 + 存盘 + 读回（新对象）+ N/2 步：权重与损失记录都一样
+    （Muon + AdamW 的组合优化器也一样：它的 state_dict 与单个优化器同格式）。"""
     N = 8
     cfg = TrainConfig(batch_size=4, lr=3e-3, warmup_steps=2, max_steps=N, eval_interval=N // 2,
-                      eval_batches=2, bf16=False, progress=False)
+                      eval_batches=2, bf16=False, progress=False, optimizer=kind)
     kw = dict(dropout=0.2, attn_dropout=0.2, resid_dropout=0.2)     # dropout 也要接得上
 
     full_model = tiny(tok, **kw)
@@ -207,7 +209,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, tok, ids):
 
     torch.manual_seed(123)                                       # 打乱全局随机数，证明靠的是存档
     half_model = tiny(tok, **kw)
-    opt = make_optimizer(half_model, cfg.lr)
+    opt = make_optimizer(half_model, cfg.lr, kind=kind)
     first = train(half_model, ids, ids, cfg, optimizer=opt, stop_step=N // 2)
     path = checkpoint.save(tmp_path / "half.pt", half_model, tok, optimizer=opt, step=N // 2,
                            meta={"history": first.to_dict()})
@@ -215,7 +217,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, tok, ids):
 
     torch.manual_seed(999)
     model = tiny(tok, seed=7, **kw)                              # 随便初始化，马上被覆盖
-    opt = make_optimizer(model, cfg.lr)
+    opt = make_optimizer(model, cfg.lr, kind=kind)
     step = checkpoint.resume(path, model, opt, tokenizer=tok)
     history = History.from_dict(checkpoint.load_raw(path)["meta"]["history"])
     assert step == N // 2 and len(history.steps) == N // 2

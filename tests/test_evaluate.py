@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -339,3 +340,36 @@ def test_cli_eval_on_a_tiny_checkpoint(tmp_path, capsys):
     assert val > 0.9 * math.log(tok.vocab_size)              # 随机初始化 ≈ ln V
     assert cli.main(["eval", "--checkpoint", str(tmp_path / "nope.pt")]) == 2
     assert "找不到" in capsys.readouterr().err
+
+
+def test_bootstrap_interval_weighted_is_the_interval_of_the_ratio():
+    """weights=1 与不加权完全相同；加权时区间围着 Σwx / Σw，而不是各首合格率的简单平均。"""
+    rng = np.random.default_rng(3)
+    held = rng.integers(0, 9, 200)
+    checkable = held + rng.integers(0, 4, 200) * (np.arange(200) % 2)        # 一半的诗规则多
+    share = held / np.maximum(checkable, 1)
+    assert gc.evaluate.bootstrap_interval(share, weights=np.ones(200)) == \
+        gc.evaluate.bootstrap_interval(share)
+    lo, hi = gc.evaluate.bootstrap_interval(share, weights=checkable)
+    ratio = held.sum() / checkable.sum()
+    assert lo < ratio < hi and hi - lo < 0.2
+    with pytest.raises(gc.errors.UserError, match="weights"):
+        gc.evaluate.bootstrap_interval(share, weights=checkable[:10])
+    with pytest.raises(gc.errors.UserError, match="weights"):
+        gc.evaluate.bootstrap_interval(share, weights=-checkable)
+
+
+def test_verse_rates_match_verse_and_carry_intervals():
+    """verse_rates 的点估计就是 verse.rates / repeated_rhyme_rate 的数，区间包住它。"""
+    poems = gc.data.poems(gc.data.load_corpus("tang_jinti").val)[:120]
+    poems += [p.replace("。", "，", 1) for p in poems[:40]]                 # 几首诗体不合的
+    got = gc.evaluate.verse_rates(poems)
+    rhyme, tonal = gc.verse.rates(poems)
+    assert got["n"] == len(poems)
+    assert got["rhyme"] == pytest.approx(rhyme) and got["tonal"] == pytest.approx(tonal)
+    assert got["repeated"] == pytest.approx(gc.verse.repeated_rhyme_rate(poems))
+    assert got["form"] == pytest.approx(np.mean([gc.verse.is_valid_form(p) for p in poems]))
+    for k in ("form", "rhyme", "repeated", "tonal"):
+        lo, hi = got[f"{k}_ci"]
+        assert lo <= got[k] <= hi
+    assert got["form_ci"][1] - got["form_ci"][0] > 0.05                    # 160 首：区间不是一个点

@@ -13,6 +13,7 @@ import torch
 from gptcourse import precision
 from gptcourse.config import preset
 from gptcourse.data import get_batch
+from gptcourse.errors import UserError
 from gptcourse.model import GPT
 from gptcourse.tokenizer import CharTokenizer
 from gptcourse.train import (
@@ -421,3 +422,21 @@ def test_cli_divergence_after_an_eval_keeps_the_best_checkpoint(tmp_path, capsys
     assert "第 3 步发散" in err and "已把发散之前验证损失最好的检查点写到" in err
     model, _, meta = checkpoint.load(out)
     assert meta["diverged_at_step"] == 3 and meta["step"] == 2
+
+
+def test_muon_takes_the_block_matrices_and_adamw_the_rest():
+    """--optimizer muon：各层的二维权重进 Muon；共享的嵌入 / 输出头、归一化的 γ 进 AdamW；
+    每个参数只出现一次，辅助头加在 AdamW 里。"""
+    model = tiny_model()
+    opt = make_optimizer(model, 1e-3, kind="muon")
+    muon = {id(p) for g in opt.muon.param_groups for p in g["params"]}
+    adamw = {id(p) for g in opt.adamw.param_groups for p in g["params"]}
+    assert not muon & adamw and muon | adamw == {id(p) for p in model.parameters()}
+    assert id(model.tok_emb.weight) in adamw
+    assert all(p.dim() == 2 for p in opt.muon.param_groups[0]["params"])
+    assert all(p.dim() < 2 for p in opt.adamw.param_groups[1]["params"])
+    head = torch.nn.Linear(4, 2)
+    opt.add_param_group({"params": list(head.parameters())})
+    assert len(opt.param_groups) == 4 and opt.param_groups[-1]["params"][0] is head.weight
+    with pytest.raises(UserError, match="optimizer"):
+        TrainConfig(optimizer="sgd")

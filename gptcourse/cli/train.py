@@ -29,6 +29,7 @@ from ..precision import BF16_MODES, resolve_bf16
 from ..runtime import get_device, set_seed
 from ..tokenizer import CharTokenizer
 from ..train import (
+    OPTIMIZERS,
     UNTITLED_EVERY,
     WINDOWS,
     Checkpoints,
@@ -72,8 +73,9 @@ CONFIG_FLAGS = {
     "eval_batches": ("--eval-batches", "每次评估每个划分取多少个批次"),
     "seed": ("--seed", "随机种子（第 s 步的批次只由种子与 s 决定）"),
     "bf16_mode": ("--bf16-mode", "bf16 的做法：autocast，或 weights = bf16 权重 + fp32 主权重"),
+    "optimizer": ("--optimizer", "adamw，或 muon = 各层的矩阵用 Muon、其余用 AdamW"),
 }
-CHOICES = {"bf16_mode": BF16_MODES}
+CHOICES = {"bf16_mode": BF16_MODES, "optimizer": OPTIMIZERS}
 
 
 def cli_arguments(p) -> None:
@@ -137,7 +139,7 @@ def cli_main(args) -> int:
                            args.untitled_every)
     aux = objectives.build(aux_names, data.ids, tok, model.config.n_embd,
                            args.aux_weight)              # 只在训练时用的头，不进检查点
-    optimizer = make_optimizer(model, tcfg.lr, tcfg.weight_decay, tcfg.betas)
+    optimizer = make_optimizer(model, tcfg.lr, tcfg.weight_decay, tcfg.betas, tcfg.optimizer)
     meta = _meta(args, tcfg, device, aux, init_meta)
     _banner(args.preset, model, tok, device, tcfg.bf16)
     ckpts = Checkpoints(out, model, tok, optimizer, meta=meta, half=args.half,
