@@ -272,9 +272,7 @@ def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
         return _fail(f"{name} 需要传入一个函数，收到的是 {type(fn).__name__}")
     for args in cases:
         shown = ", ".join(repr(a) for a in args)
-        got, err = _call(fn, *args)
-        if err:
-            return _fail(f"{name}({shown}) {err}")
+        got = _got(fn, *args, where=f"{name}({shown}) ")
         want = ref(*args)
         try:
             same = normalize(got) == normalize(want)

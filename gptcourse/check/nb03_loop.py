@@ -272,11 +272,9 @@ def training_loop(fn) -> bool:
     hook = mine.register_forward_pre_hook(
         lambda m, a: seen.append((m.training, torch.is_grad_enabled())))
     try:
-        got, err = _call(fn, mine, data, val, cfg)
+        got = _got(fn, mine, data, val, cfg)
     finally:
         hook.remove()
-    if err:
-        return _fail(err)
     hint = _mode_hint(seen, cfg.max_steps)
     if hint:
         return _fail(hint)

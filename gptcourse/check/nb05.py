@@ -306,10 +306,8 @@ def rope_cached_step(fn) -> bool:
         c, s = cos[:S + 1], sin[:S + 1]
         qr, kr = apply_rope(q, c, s), apply_rope(k, c, s)               # 整段按真实位置旋转
         full = torch.nn.functional.scaled_dot_product_attention(qr, kr, v, is_causal=True)
-        got, err = _call(fn, q[:, :, -1:], k[:, :, -1:], v[:, :, -1:], kr[:, :, :-1],
-                         v[:, :, :-1], cos, sin, S)
-        if err:
-            return _fail(f"缓存里有 {S} 个位置时：{err}")
+        got = _got(fn, q[:, :, -1:], k[:, :, -1:], v[:, :, -1:], kr[:, :, :-1], v[:, :, :-1],
+                   cos, sin, S, where=f"缓存里有 {S} 个位置时：")
         if not isinstance(got, tuple) or len(got) != 3:
             return _fail("应返回 (y, k_all, v_all) 三个张量")
         y, k_all, v_all = got
