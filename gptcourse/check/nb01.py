@@ -1,9 +1,5 @@
-"""笔记本 01（数据与分词）的练习检查器。
-
-每个检查器都用几组输入调用你的函数，与包里的版本（``gc.bpe``、``gc.data``、``gc.tokenizer``）
-逐一比较；第一个不一致的输入会被打印出来，方便你定位问题。参考答案是教师版笔记本里的答案单元格，
-老师用 ``show_solution("nb01.名字")`` 查看。
-"""
+"""笔记本 01（数据与分词）的练习检查器：用几组输入把你的函数与包里的版本（``gc.bpe``、``gc.data``、
+``gc.tokenizer``）逐一比较，打印第一个不一致的输入。"""
 from __future__ import annotations
 
 from collections.abc import Callable
