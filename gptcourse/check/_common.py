@@ -257,11 +257,11 @@ def _call(fn, *args):
         return None, f"调用时出错 {type(e).__name__}: {e}"
 
 
-def _got(fn, *args, where: str = ""):
-    """``_call`` 的结果；调用出错时以“还不对：{where}{提示}”结束这次检查（抛出 ``Wrong``）。"""
+def _got(fn, *args, where: str = "", then: str = ""):
+    """``_call`` 的结果；调用出错时以“还不对：{where}{提示}{then}”结束检查（抛出 ``Wrong``）。"""
     got, err = _call(fn, *args)
     if err:
-        raise Wrong(where + err)
+        raise Wrong(where + err + then)
     return got
 
 

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from ..mistakes.attention import merge_heads
 from ..model import causal_attention
-from ._common import _call, _fail, _got, _ok, choice, exercise, register
+from ._common import _fail, _got, _ok, choice, exercise, register
 from .nb02_model import (  # noqa: F401  本章的检查器都从 gc.check.nb02 取
     _CFGS,
     EXERCISE_CONFIG,
@@ -182,10 +182,9 @@ def split_merge_heads(split, merge) -> bool:
                      "应先 view 成 [B, T, H, D]，再 transpose(1, 2)")
     if not torch.equal(y, ref):
         return _fail("split 的形状对了但数值不对：第 h 个头应取每个位置的第 h·D … (h+1)·D−1 维")
-    z, err = _call(merge, ref.contiguous())                       # 与 att @ v 的输出一样是连续的
-    if err:
-        return _fail("merge " + err + "（提示：transpose 之后张量不再连续，view 之前要 "
-                     ".contiguous()，或者改用 reshape）")
+    z = _got(merge, ref.contiguous(), where="merge ",            # 与 att @ v 的输出一样是连续的
+             then="（提示：transpose 之后张量不再连续，view 之前要 "
+                  ".contiguous()，或者改用 reshape）")
     if not isinstance(z, torch.Tensor) or tuple(z.shape) != (2, 5, 12):
         shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
         return _fail(f"merge 的输出形状应为 [B, T, C] = (2, 5, 12)，收到 {shape}")
@@ -220,10 +219,8 @@ def rope_pair(fn) -> bool:
                      f"收到 ({y1:.4f}, {y2:.4f})")
     g = torch.Generator().manual_seed(5)
     x1, x2, ang = (torch.randn(3, 4, generator=g) for _ in range(3))
-    out, err = _call(fn, x1, x2, ang.cos(), ang.sin())
-    if err:
-        return _fail(f"传入张量时 {err}"
-                     "（rope_pair 要能逐元素处理张量：下一题的 rotate 就这样用它）")
+    out = _got(fn, x1, x2, ang.cos(), ang.sin(), where="传入张量时 ",
+               then="（rope_pair 要能逐元素处理张量：下一题的 rotate 就这样用它）")
     want = solution_rope_pair(x1, x2, ang.cos(), ang.sin())
     if not (isinstance(out, tuple) and len(out) == 2
             and all(isinstance(o, torch.Tensor) and torch.allclose(o, w, atol=1e-6)
