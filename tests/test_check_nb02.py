@@ -10,6 +10,7 @@ import torch.nn.functional as F
 
 import gptcourse as gc
 from gptcourse.check import _common, nb02, nb02_model
+from gptcourse.mistakes.attention import merge_heads
 from gptcourse.model import GPT, count_parameters
 
 
@@ -30,7 +31,7 @@ class _Attn(nn.Module):
             q, k = gc.rope.apply_rope(q, *rope), gc.rope.apply_rope(k, *rope)
         att = (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).masked_fill(
             ~self.mask[:T, :T], float("-inf"))
-        return self.proj(nb02.solution_merge_heads(F.softmax(att, -1) @ v))
+        return self.proj(merge_heads(F.softmax(att, -1) @ v))
 
 
 class _MLP(nn.Module):
@@ -170,7 +171,7 @@ TEACHER_CELLS = ("scaled_attention", "causal_mask", "guess_saturation", "guess_s
                  "rope_pair", "layernorm", "guess_norm", "guess_init_growth", "param_count",
                  "guess_offset")
 REFERENCE = {
-    "split_merge_heads": lambda: (nb02.solution_split_heads, nb02.solution_merge_heads),
+    "split_merge_heads": lambda: (nb02.solution_split_heads, merge_heads),
     "rope_rotate": lambda: (gc.rope.apply_rope,),
     "mlp": lambda: (_MyMLP,),
     "rmsnorm": lambda: (_MyRMSNorm,),
@@ -359,7 +360,7 @@ def test_split_merge_heads(passes, capsys):
         B, H, T, D = y.shape
         return y.reshape(B, T, H * D)
 
-    ok, out = passes(nb02.split_merge_heads, split_no_transpose, nb02.solution_merge_heads)
+    ok, out = passes(nb02.split_merge_heads, split_no_transpose, merge_heads)
     assert not ok and "transpose" in out
     ok, out = passes(nb02.split_merge_heads, nb02.solution_split_heads, merge_no_contiguous)
     assert not ok and "contiguous" in out
@@ -471,11 +472,11 @@ class _MyAttention(_Attn):
         if rope is not None:
             q, k = gc.rope.apply_rope(q, *rope), gc.rope.apply_rope(k, *rope)
         y = _scaled_attention(q, k, v, self.mask[:T, :T])
-        return self.proj(nb02.solution_merge_heads(y))
+        return self.proj(merge_heads(y))
 
 
 def test_attention_module(passes, capsys):
-    split, merge = nb02.solution_split_heads, nb02.solution_merge_heads
+    split, merge = nb02.solution_split_heads, merge_heads
 
     def variant(rot_v=False, rope_on=True, proj=True, mask=True, k_too=True):
         def forward(self, x, rope=None):

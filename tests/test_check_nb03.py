@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 import gptcourse as gc
-from gptcourse.check import nb03
+from gptcourse.check import nb03, nb03_loop, nb03_loss
 from gptcourse.check._common import RESULTS
 from gptcourse.data import get_batch
 from gptcourse.train import estimate_loss, lr_at, param_groups
@@ -231,9 +231,10 @@ def test_training_loop_mistakes(passes, capsys, teacher):
     hints = {"constant_lr": "按日程设置", "lr_off_by_one": "错开了一步", "no_clip": "没有裁剪",
              "all_decayed": "没有分组", "default_betas": "betas",
              "default_weight_decay": "cfg.weight_decay", "default_min_lr": "cfg.min_lr_ratio"}
+    loop = nb03_loop._mistake_loop
     for mistake, hint in hints.items():
         ok, out = passes(nb03.training_loop,
-                         lambda m, d, v, cfg, k=mistake: (nb03._mistake_loop(m, d, v, cfg, k), []))
+                         lambda m, d, v, cfg, k=mistake: (loop(m, d, v, cfg, k), []))
         assert not ok and hint in out, (mistake, out)
 
     def no_last_eval(m, d, v, cfg):
@@ -280,14 +281,14 @@ def test_training_loop_catches_evaluation_mode_mistakes(passes, capsys, teacher)
 
 def test_compare_loops_explains_which_step_diverged(capsys, teacher):
     """第 10 节的证明：不一致时说出是哪一步、为什么，而不是一个 assert_close 的 traceback。"""
-    data, val = nb03._ids(11, 400), nb03._ids(12, 200)
-    cfg = gc.train.TrainConfig(**nb03._LOOP_CFG)
+    data, val = nb03_loss._ids(11, 400), nb03_loss._ids(12, 200)
+    cfg = gc.train.TrainConfig(**nb03_loop._LOOP_CFG)
     runs = {}
     for who, est in (("ok", estimate_loss), ("naive", _naive_eval)):
-        m = nb03._tiny_model(seed=5, **nb03._LOOP_DROPOUT)
+        m = nb03_loss._tiny_model(seed=5, **nb03_loop._LOOP_DROPOUT)
         loop = teacher("nb03.training_loop", **(LOOP_ENV | {"estimate_loss": est}))
         runs[who] = (m, loop(m, data, val, cfg))
-    pkg = nb03._tiny_model(seed=5, **nb03._LOOP_DROPOUT)
+    pkg = nb03_loss._tiny_model(seed=5, **nb03_loop._LOOP_DROPOUT)
     hist = gc.train.train(pkg, data, val, cfg)
     m, (losses, evals) = runs["ok"]
     assert nb03.compare_loops(losses, evals, m, hist, pkg) is True

@@ -205,7 +205,7 @@ def test_quantize_rows_mistakes(passes, capsys):
 
 def _fenming(**wrong):
     """二四六分明的典型错误（看错位置 / "中"当平声 / "相反"写成"相同"），用检查器里的同一份写法。"""
-    return lambda line: nb05._fenming_variant(line, **wrong)
+    return lambda line: nb05.solution_fenming(line, **wrong)
 
 
 @pytest.mark.parametrize("wrong, needle", [

@@ -41,6 +41,10 @@ class NotDone(Exception):
     """学员还没写这一题（函数抛出 NotImplementedError，或答案仍是 None / ...）。"""
 
 
+class Wrong(Exception):
+    """检查器里的一句“还不对”（``_got`` 抛出）：``@exercise`` 把它当作 ``_fail(提示)``。"""
+
+
 def chapter_of(module: str) -> str:
     """``gptcourse.check.nb02_model`` → ``nb02``。"""
     m = _CHAPTER.search(module.rsplit(".", 1)[-1])
@@ -177,7 +181,7 @@ def exercise(checker: Callable) -> Callable:
     ``_common._record`` 也改不了这一次的结果；返回值是检查器自己的判断。"""
     name = checker.__name__
     chapter = chapter_of(checker.__module__)
-    record, is_strict = _record, strict
+    record, is_strict, fail = _record, strict, _fail
 
     def finish(passed: bool, message: str) -> bool:
         record(chapter, name, passed, message)
@@ -201,6 +205,8 @@ def exercise(checker: Callable) -> Callable:
             message = _LAST.get("message", "")
         except NotDone as e:
             passed, message = False, _todo(str(e))
+        except Wrong as e:
+            passed, message = fail(str(e)), _LAST["message"]
         except (Exception, SystemExit) as e:  # noqa: BLE001 - 检查器绝不能让笔记本停下
             passed, message = False, _fail(f"检查时出错 {type(e).__name__}: {e}")
         return finish(passed, message)
@@ -251,6 +257,14 @@ def _call(fn, *args):
         return None, f"调用时出错 {type(e).__name__}: {e}"
 
 
+def _got(fn, *args, where: str = "", then: str = ""):
+    """``_call`` 的结果；调用出错时以“还不对：{where}{提示}{then}”结束检查（抛出 ``Wrong``）。"""
+    got, err = _call(fn, *args)
+    if err:
+        raise Wrong(where + err + then)
+    return got
+
+
 def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
              normalize: Callable = lambda v: v) -> bool:
     """逐个输入比较 fn 与参考答案；第一处不同就报告输入、你的输出和期望输出。"""
@@ -258,9 +272,7 @@ def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
         return _fail(f"{name} 需要传入一个函数，收到的是 {type(fn).__name__}")
     for args in cases:
         shown = ", ".join(repr(a) for a in args)
-        got, err = _call(fn, *args)
-        if err:
-            return _fail(f"{name}({shown}) {err}")
+        got = _got(fn, *args, where=f"{name}({shown}) ")
         want = ref(*args)
         try:
             same = normalize(got) == normalize(want)

@@ -1,9 +1,5 @@
-"""笔记本 01（数据与分词）的练习检查器。
-
-每个检查器都用几组输入调用你的函数，与包里的版本（``gc.bpe``、``gc.data``、``gc.tokenizer``）
-逐一比较；第一个不一致的输入会被打印出来，方便你定位问题。参考答案是教师版笔记本里的答案单元格，
-老师用 ``show_solution("nb01.名字")`` 查看。
-"""
+"""笔记本 01（数据与分词）的练习检查器：用几组输入把你的函数与包里的版本（``gc.bpe``、``gc.data``、
+``gc.tokenizer``）逐一比较，打印第一个不一致的输入。"""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -13,7 +9,7 @@ import torch
 from ..bpe import get_stats, merge
 from ..data import WindowDataset, split_of
 from ..tokenizer import CharTokenizer
-from ._common import _call, _compare, _fail, _ok, exercise
+from ._common import _call, _compare, _fail, _got, _ok, exercise
 
 # 本笔记本的练习，按出现顺序
 EXERCISES = ("build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encode", "bpe_decode",
@@ -126,9 +122,7 @@ def split_by_poem(fn: Callable[[str], dict]) -> bool:
     lines = (DATA_DIR / "tangshi300.txt").read_text(encoding="utf-8").split("\n")[:150]
     poems = [p for p in lines if p.strip()] + ["白日依山尽，黄河入海流。"] * 3   # 含重复
     for text in (_POEMS, "\n".join(poems) + "\n"):
-        got, err = _call(fn, text)
-        if err:
-            return _fail(f"split_by_poem(...) {err}")
+        got = _got(fn, text, where="split_by_poem(...) ")
         if not isinstance(got, dict) or set(got) != {"train", "val", "test"}:
             return _fail("应返回 {'train': …, 'val': …, 'test': …} 三个键的字典")
         want = _splits(text)

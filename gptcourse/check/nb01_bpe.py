@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ..bpe import BPETokenizer, get_stats, merge
 from ..data import near_duplicate_groups
-from ._common import _call, _fail, _ok, choice, exercise
+from ._common import _call, _fail, _got, _ok, choice, exercise
 
 _TEXT = ("床前明月光，疑是地上霜。举头望明月，低头思故乡。\n"
          "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\n"
@@ -35,9 +35,7 @@ def _unchunked(text: str, vocab_size: int) -> dict:
 def bpe_train(fn) -> bool:
     """练习：``fn(text, vocab_size) -> merges``（{(a, b): 新 id}，按学到的顺序）。"""
     for text, vs in (("aaabdaaabac", 259), (_TEXT, 300), ("ab", 300), ("", 260)):
-        got, err = _call(fn, text, vs)
-        if err:
-            return _fail(f"bpe_train({text[:8]!r}…, {vs}) {err}")
+        got = _got(fn, text, vs, where=f"bpe_train({text[:8]!r}…, {vs}) ")
         if not isinstance(got, dict):
             return _fail(f"应返回字典 {{(a, b): 新 id}}，收到 {type(got).__name__}")
         want = _merges_of(text, vs)
@@ -65,9 +63,7 @@ def bpe_encode(fn) -> bool:
     ordered = BPETokenizer({(98, 99): 256, (97, 98): 257})   # “ab” 更常见，但 “bc” 学得更早
     cases = [(trained, t) for t in ("明月", "床前明月光，疑是地上霜。", _TEXT, "春风🙂 abc\n", "")]
     for tok, text in cases + [(ordered, "abcab")]:
-        got, err = _call(fn, text, dict(tok.merges))
-        if err:
-            return _fail(f"bpe_encode({text[:8]!r}…) {err}")
+        got = _got(fn, text, dict(tok.merges), where=f"bpe_encode({text[:8]!r}…) ")
         want = tok.encode(text)
         if isinstance(got, (list, tuple)) and list(got) == want:
             continue
@@ -158,9 +154,7 @@ def near_duplicate(fn) -> bool:
     """练习：``fn(a, b) -> bool``，与 ``gc.data.near_duplicate_groups`` 的判据一致。"""
     for a, b, what in _NEAR_CASES:
         want = near_duplicate_groups([a, b]) == [[0, 1]]
-        got, err = _call(fn, a, b)
-        if err:
-            return _fail(f"near_duplicate({a[:6]}…, {b[:6]}…) {err}")
+        got = _got(fn, a, b, where=f"near_duplicate({a[:6]}…, {b[:6]}…) ")
         if not isinstance(got, bool):
             return _fail(f"应返回 True 或 False，收到 {got!r}")
         if got != want:

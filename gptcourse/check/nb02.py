@@ -1,10 +1,5 @@
-"""笔记本 02（注意力与因果掩码）的练习检查器。
-
-用法：``gc.check.nb02.causal_mask(你的函数)`` 打印“正确 ✓”或一句说明哪里不对的中文，并返回
-True / False。检查器的参考是包里的函数（``gc.model``、``gc.rope``）；包里没有的几个小函数
-（``solution_*``）也是学生版的代替品。参考答案是教师版笔记本里的答案单元格，老师用
-``gc.check.show_solution("nb02.causal_mask")`` 查看。``EXERCISES`` 按笔记本里出现的顺序列出
-本章的练习；“先猜一猜”的预测题（``guess_*``）也是练习，答案在实验之前填写。
+"""笔记本 02（注意力与因果掩码）的练习检查器：参考是包里的函数（``gc.model``、``gc.rope``）；
+包里没有的几个小函数（``solution_*``）也是学生版的代替品。``guess_*`` 是实验之前填写的预测题。
 """
 from __future__ import annotations
 
@@ -13,8 +8,9 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..mistakes.attention import merge_heads
 from ..model import causal_attention
-from ._common import _call, _fail, _ok, choice, exercise, register
+from ._common import _fail, _got, _ok, choice, exercise, register
 from .nb02_model import (  # noqa: F401  本章的检查器都从 gc.check.nb02 取
     _CFGS,
     EXERCISE_CONFIG,
@@ -55,15 +51,9 @@ def solution_split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
     return x.view(B, T, n_head, C // n_head).transpose(1, 2)
 
 
-def solution_merge_heads(y: torch.Tensor) -> torch.Tensor:
-    """[B, H, T, D] → [B, T, C]：先换回 [B, T, H, D]，contiguous 之后才能 view。"""
-    B, H, T, D = y.shape
-    return y.transpose(1, 2).contiguous().view(B, T, H * D)
-
-
 register("nb02", {
     "causal_mask": solution_causal_mask,
-    "split_merge_heads": (solution_split_heads, solution_merge_heads),
+    "split_merge_heads": (solution_split_heads, merge_heads),       # 合并：gc.mistakes 里正确的版本
     "rope_pair": solution_rope_pair,
     "layernorm": lambda x, eps=1e-5: F.layer_norm(x, x.shape[-1:], eps=eps),
     "leaky_model": solution_make_leaky,
@@ -75,9 +65,7 @@ register("nb02", {
 def causal_mask(fn) -> bool:
     """练习：写 ``causal_mask(T)``，返回 [T, T] 的布尔张量，True 表示“可以看”。"""
     for T in (4, 1, 7):
-        m, err = _call(fn, T)
-        if err:
-            return _fail(err)
+        m = _got(fn, T)
         if not isinstance(m, torch.Tensor):
             return _fail(f"应返回 torch.Tensor，收到 {type(m).__name__}")
         if tuple(m.shape) != (T, T):
@@ -106,9 +94,7 @@ def scaled_attention(fn) -> bool:
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 3, 6, 8, generator=g) for _ in range(3))
     causal = solution_causal_mask(6)
-    out, err = _call(fn, q, k, v, causal)
-    if err:
-        return _fail(err)
+    out = _got(fn, q, k, v, causal)
     if not isinstance(out, torch.Tensor) or out.shape != q.shape:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
         return _fail(f"输出形状应为 {tuple(q.shape)}，收到 {shape}")
@@ -119,9 +105,7 @@ def scaled_attention(fn) -> bool:
 
     if close(ref):
         window = causal & ~solution_causal_mask(6).tril(-3)          # 只看最近 3 个字的掩码
-        got, err = _call(fn, q, k, v, window)
-        if err:
-            return _fail(f"换一个掩码（每个字只看最近 3 个字）时 {err}")
+        got = _got(fn, q, k, v, window, where="换一个掩码（每个字只看最近 3 个字）时 ")
         if isinstance(got, torch.Tensor) and torch.allclose(got, causal_attention(
                 q, k, v, window)[0], atol=1e-5):
             return _ok()
@@ -188,9 +172,7 @@ def split_merge_heads(split, merge) -> bool:
     """练习：``split(x, n_head)`` [B,T,C]→[B,H,T,D] 与 ``merge(y)`` [B,H,T,D]→[B,T,C]。"""
     g = torch.Generator().manual_seed(2)
     x = torch.randn(2, 5, 12, generator=g)                           # B=2, T=5, C=12
-    y, err = _call(split, x, 3)
-    if err:
-        return _fail(err)
+    y = _got(split, x, 3)
     ref = solution_split_heads(x, 3)
     if not isinstance(y, torch.Tensor) or tuple(y.shape) != (2, 3, 5, 4):
         shape = tuple(y.shape) if isinstance(y, torch.Tensor) else type(y).__name__
@@ -200,10 +182,9 @@ def split_merge_heads(split, merge) -> bool:
                      "应先 view 成 [B, T, H, D]，再 transpose(1, 2)")
     if not torch.equal(y, ref):
         return _fail("split 的形状对了但数值不对：第 h 个头应取每个位置的第 h·D … (h+1)·D−1 维")
-    z, err = _call(merge, ref.contiguous())                       # 与 att @ v 的输出一样是连续的
-    if err:
-        return _fail("merge " + err + "（提示：transpose 之后张量不再连续，view 之前要 "
-                     ".contiguous()，或者改用 reshape）")
+    z = _got(merge, ref.contiguous(), where="merge ",            # 与 att @ v 的输出一样是连续的
+             then="（提示：transpose 之后张量不再连续，view 之前要 "
+                  ".contiguous()，或者改用 reshape）")
     if not isinstance(z, torch.Tensor) or tuple(z.shape) != (2, 5, 12):
         shape = tuple(z.shape) if isinstance(z, torch.Tensor) else type(z).__name__
         return _fail(f"merge 的输出形状应为 [B, T, C] = (2, 5, 12)，收到 {shape}")
@@ -220,9 +201,7 @@ def rope_pair(fn) -> bool:
     cases = [(1.0, 0.0, 0.5), (0.3, -1.2, 0.75), (2.0, 1.0, 3.0), (0.5, 0.5, 0.0)]
     for x1, x2, a in cases:
         c, s = math.cos(a), math.sin(a)
-        out, err = _call(fn, x1, x2, c, s)
-        if err:
-            return _fail(err)
+        out = _got(fn, x1, x2, c, s)
         try:
             y1, y2 = (float(v) for v in out)
         except (TypeError, ValueError):
@@ -240,10 +219,8 @@ def rope_pair(fn) -> bool:
                      f"收到 ({y1:.4f}, {y2:.4f})")
     g = torch.Generator().manual_seed(5)
     x1, x2, ang = (torch.randn(3, 4, generator=g) for _ in range(3))
-    out, err = _call(fn, x1, x2, ang.cos(), ang.sin())
-    if err:
-        return _fail(f"传入张量时 {err}"
-                     "（rope_pair 要能逐元素处理张量：下一题的 rotate 就这样用它）")
+    out = _got(fn, x1, x2, ang.cos(), ang.sin(), where="传入张量时 ",
+               then="（rope_pair 要能逐元素处理张量：下一题的 rotate 就这样用它）")
     want = solution_rope_pair(x1, x2, ang.cos(), ang.sin())
     if not (isinstance(out, tuple) and len(out) == 2
             and all(isinstance(o, torch.Tensor) and torch.allclose(o, w, atol=1e-6)
@@ -257,17 +234,13 @@ def layernorm(fn) -> bool:
     """练习：``layernorm(x, eps)``（不含 γ、β）应等于 ``F.layer_norm(x, (C,), eps=eps)``。"""
     g = torch.Generator().manual_seed(4)
     x = torch.randn(3, 5, 16, generator=g) * 3 + 1
-    out, err = _call(fn, x, 1e-5)
-    if err:
-        return _fail(err)
+    out = _got(fn, x, 1e-5)
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:
         return _fail(f"输出形状应与输入相同 {tuple(x.shape)}")
     ref = F.layer_norm(x, (16,), eps=1e-5)
     if torch.allclose(out, ref, atol=1e-5):
         small = x * 0.3                                     # eps = 0.5 与方差相当：放错看得出
-        out2, err = _call(fn, small, 0.5)
-        if err:
-            return _fail(f"eps = 0.5 时{err}")
+        out2 = _got(fn, small, 0.5, where="eps = 0.5 时")
         if torch.allclose(out2, F.layer_norm(small, (16,), eps=0.5), atol=1e-5):
             return _ok()
         mu, var = small.mean(-1, keepdim=True), small.var(-1, unbiased=False, keepdim=True)

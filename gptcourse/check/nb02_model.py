@@ -12,7 +12,7 @@ import torch
 from ..config import preset
 from ..model import GPT, Block, CausalSelfAttention, count_parameters
 from ..rope import rope_angles
-from ._common import _call, _fail, _ok, exercise
+from ._common import Wrong, _fail, _got, _ok, exercise
 
 # “数参数”练习的配置：笔记本里没有数过它。teacher 设计（RoPE、RMSNorm、SwiGLU、无偏置、权重共享），
 # C = 160 时 SwiGLU 隐藏层 = 8C/3 ≈ 426.7 向上取整到 64 的倍数 = 448
@@ -80,24 +80,25 @@ def reference_gpt(gpt_cls: type) -> type:
 
 
 # ---------------------------------------------------------------- 小工具
-def _rope(cfg, T):
-    if cfg.pos != "rope":
-        return None
-    ang = rope_angles(cfg.head_dim, T, cfg.rope_base)
+def _tables(D: int, T: int, base: float = 10000.0):
+    ang = rope_angles(D, T, base)
     return ang.cos(), ang.sin()
 
 
-def _load(mine, state) -> str | None:
-    """把包里的权重装进学员的模块；名字对不上时返回一句说明。"""
+def _rope(cfg, T):
+    return _tables(cfg.head_dim, T, cfg.rope_base) if cfg.pos == "rope" else None
+
+
+def _load(mine, state) -> None:
+    """把包里的权重装进学员的模块；名字或形状对不上时判“还不对”（抛出 ``Wrong``）。"""
     try:
         missing, unexpected = mine.load_state_dict(state, strict=False)
     except RuntimeError as e:
-        return f"形状对不上：{str(e).splitlines()[-1].strip()}"
+        raise Wrong(f"形状对不上：{str(e).splitlines()[-1].strip()}") from None
     if missing or unexpected:
-        return (f"参数名与包里的模型对不上（缺少 {list(missing)[:4]}，"
-                f"多出 {list(unexpected)[:4]}）；"
-                "名字要与 gc.model 的 state_dict 一致")
-    return None
+        raise Wrong(f"参数名与包里的模型对不上（缺少 {list(missing)[:4]}，"
+                    f"多出 {list(unexpected)[:4]}）；"
+                    "名字要与 gc.model 的 state_dict 一致")
 
 
 def _perturb_norms(model: torch.nn.Module) -> torch.nn.Module:
@@ -110,14 +111,18 @@ def _perturb_norms(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def _tensor(out, shape) -> str | None:
+def _tensor(out, shape) -> None:
+    """学员的输出应是形状为 ``shape`` 的一个张量；否则判“还不对”（抛出 ``Wrong``）。"""
     if isinstance(out, tuple):
-        return "应只返回一个张量（logits），不要返回元组"
+        raise Wrong("应只返回一个张量（logits），不要返回元组")
     if not isinstance(out, torch.Tensor):
-        return f"应返回 torch.Tensor，收到 {type(out).__name__}"
+        raise Wrong(f"应返回 torch.Tensor，收到 {type(out).__name__}")
     if tuple(out.shape) != tuple(shape):
-        return f"输出形状应为 {tuple(shape)}，收到 {tuple(out.shape)}"
-    return None
+        raise Wrong(f"输出形状应为 {tuple(shape)}，收到 {tuple(out.shape)}")
+
+
+def _logits(out):
+    return out[0] if isinstance(out, tuple) else out            # model(idx) 或 (logits, loss)
 
 
 def leak_test(model, k: int = 5, T: int = 12, seed: int = 0) -> tuple[float, float]:
@@ -131,8 +136,7 @@ def leak_test(model, k: int = 5, T: int = 12, seed: int = 0) -> tuple[float, flo
     b = a.clone()
     b[:, k:] = (a[:, k:] + 1 + torch.randint(V - 1, (2, T - k), generator=g)) % V
     with torch.no_grad():
-        la, lb = model(a), model(b)
-    la, lb = (la[0] if isinstance(la, tuple) else la), (lb[0] if isinstance(lb, tuple) else lb)
+        la, lb = _logits(model(a)), _logits(model(b))
     return (la[:, :k] - lb[:, :k]).abs().max().item(), (la[:, k:] - lb[:, k:]).abs().max().item()
 
 
@@ -165,23 +169,15 @@ def gpt_block(block_cls) -> bool:
     for cfg in _CFGS:
         torch.manual_seed(0)
         ref = _perturb_norms(Block(cfg).eval())
-        mine, err = _call(block_cls, cfg)
-        if err:
-            return _fail(f"Block(cfg) {err}")
-        err = _load(mine, ref.state_dict())
-        if err:
-            return _fail(err)
+        mine = _got(block_cls, cfg, where="Block(cfg) ")
+        _load(mine, ref.state_dict())
         mine.eval()
         x = torch.randn(2, 7, cfg.n_embd, generator=torch.Generator().manual_seed(1))
         rope = _rope(cfg, 7)
         with torch.no_grad():
             want = ref(x, rope)
-            got, err = _call(mine, x, rope)
-            if err:
-                return _fail(f"block(x, rope) {err}")
-            err = _tensor(got, want.shape)
-            if err:
-                return _fail(err)
+            got = _got(mine, x, rope, where="block(x, rope) ")
+            _tensor(got, want.shape)
             if torch.allclose(got, want, atol=1e-5):
                 continue
             for name, wrong in _block_variants(ref, x, rope):
@@ -201,12 +197,8 @@ def gpt_model(gpt_cls) -> bool:
         with torch.no_grad():                   # N(0, 0.02) 的 q、k 让分数 ≈ 0，注意力几乎均匀，
             for blk in ref.blocks:              # 位置（RoPE 的角度）就看不出来：放大到 σ ≈ 0.3
                 blk.attn.qkv.weight.mul_(15.0)
-        mine, err = _call(gpt_cls, cfg)
-        if err:
-            return _fail(f"GPT(cfg) {err}")
-        err = _load(mine, ref.state_dict())
-        if err:
-            return _fail(err)
+        mine = _got(gpt_cls, cfg, where="GPT(cfg) ")
+        _load(mine, ref.state_dict())
         mine.eval()
         if getattr(mine, "lm_head", None) is None or mine.lm_head.weight is not mine.tok_emb.weight:
             return _fail("输出头没有与词嵌入共享：应写 self.lm_head.weight = self.tok_emb.weight"
@@ -214,12 +206,8 @@ def gpt_model(gpt_cls) -> bool:
         idx = torch.randint(cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
         with torch.no_grad():
             want = ref(idx)[0]
-            got, err = _call(mine, idx)
-            if err:
-                return _fail(f"model(idx) {err}")
-            err = _tensor(got, want.shape)
-            if err:
-                return _fail(err)
+            got = _got(mine, idx, where="model(idx) ")
+            _tensor(got, want.shape)
             if torch.allclose(got, want, atol=1e-4):
                 continue
             x = ref.tok_emb(idx)
@@ -238,10 +226,9 @@ def gpt_model(gpt_cls) -> bool:
                 if torch.allclose(got, ref.lm_head(ref.norm_f(y)), atol=1e-4):
                     return _fail("RoPE 的设计里没有把角度表传给各块（rope=None）："
                                  "模型就没有位置信息了")
-                ang = rope_angles(cfg.head_dim, idx.shape[1], 1000.0)
-                y = x
+                y, base_1000 = x, _tables(cfg.head_dim, idx.shape[1], 1000.0)
                 for b in ref.blocks:
-                    y = b(y, (ang.cos(), ang.sin()))
+                    y = b(y, base_1000)
                 if torch.allclose(got, ref.lm_head(ref.norm_f(y)), atol=1e-4):
                     return _fail(f"RoPE 的底数不对：应是 config.rope_base = {cfg.rope_base:g}，"
                                  "你用的像是 1000")
@@ -268,9 +255,7 @@ def leaky_model(make_leaky, model) -> bool:
     original = leak_test(model)
     if original[0] != 0.0:
         return _fail("传进来的模型本身就泄漏了：请传入一个通过泄漏测试的模型（如 mine）")
-    leaky, err = _call(make_leaky, copy.deepcopy(model).eval())
-    if err:
-        return _fail(err)
+    leaky = _got(make_leaky, copy.deepcopy(model).eval())
     if not isinstance(leaky, torch.nn.Module):
         return _fail(f"make_leaky 应返回一个模型（nn.Module），收到 {type(leaky).__name__}"
                      "（忘了 return？）")
@@ -287,9 +272,7 @@ def leaky_model(make_leaky, model) -> bool:
     g = torch.Generator().manual_seed(1)
     a = torch.randint(model.tok_emb.num_embeddings, (2, 12), generator=g)
     with torch.no_grad():
-        once, again = leaky(a), leaky(a)
-    once, again = (once[0] if isinstance(once, tuple) else once), \
-        (again[0] if isinstance(again, tuple) else again)
+        once, again = _logits(leaky(a)), _logits(leaky(a))
     if not torch.equal(once, again):
         return _fail("同一个输入算两次，你的模型给出不同的 logits：它在输出上加了随机数，"
                      "而不是看见了未来。泄漏测试要抓的是“早先位置的输出随后文改变”；"

@@ -12,9 +12,9 @@ import torch
 import torch.nn.functional as F
 
 from ..model import MLP, CausalSelfAttention, RMSNorm
-from ..rope import apply_rope, apply_rope_interleaved, rope_angles
-from ._common import _call, _fail, _ok, exercise
-from .nb02_model import _CFGS, _load, _tensor
+from ..rope import apply_rope, apply_rope_interleaved
+from ._common import Wrong, _call, _fail, _got, _ok, exercise
+from .nb02_model import _CFGS, _load, _rope, _tables, _tensor
 
 
 # ---------------------------------------------------------------- 学生版的代替品（包里没有的）
@@ -28,11 +28,6 @@ def _close(a, b, atol=1e-5) -> bool:
     return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, atol=atol)
 
 
-def _tables(D: int, T: int):
-    ang = rope_angles(D, T)
-    return ang.cos(), ang.sin()
-
-
 def _seeded(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     """给模块的每个参数换上互不相同的随机值（初始化的 γ = 1、β = 0 会掩盖错误）。"""
     g = torch.Generator().manual_seed(seed)
@@ -42,17 +37,13 @@ def _seeded(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     return module.eval()
 
 
-def _build(cls, ref: torch.nn.Module, *args):
-    """学员的类 → 实例，装上 ref 的权重；出错时返回 (None, 提示)。"""
-    mine, err = _call(cls, *args)
-    if err:
-        return None, f"{getattr(cls, '__name__', '这个类')}(…) {err}"
+def _build(cls, ref: torch.nn.Module, *args) -> torch.nn.Module:
+    """学员的类 → 实例，装上 ref 的权重（eval 模式）；出错时判“还不对”。"""
+    mine = _got(cls, *args, where=f"{getattr(cls, '__name__', '这个类')}(…) ")
     if not isinstance(mine, torch.nn.Module):
-        return None, f"应是一个 nn.Module，收到 {type(mine).__name__}"
-    err = _load(mine, ref.state_dict())
-    if err:
-        return None, err
-    return mine.eval(), None
+        raise Wrong(f"应是一个 nn.Module，收到 {type(mine).__name__}")
+    _load(mine, ref.state_dict())
+    return mine.eval()
 
 
 # ---------------------------------------------------------------- 检查器
@@ -62,12 +53,8 @@ def rope_rotate(fn) -> bool:
     g = torch.Generator().manual_seed(6)
     x = torch.randn(2, 3, 7, 8, generator=g)
     cos, sin = _tables(8, 7)
-    out, err = _call(fn, x, cos, sin)
-    if err:
-        return _fail(err)
-    err = _tensor(out, x.shape)
-    if err:
-        return _fail(err)
+    out = _got(fn, x, cos, sin)
+    _tensor(out, x.shape)
     if _close(out, apply_rope(x, cos, sin)):
         return _ok()
     if _close(out, x):
@@ -93,18 +80,12 @@ def rmsnorm(cls) -> bool:
     g = torch.Generator().manual_seed(7)
     for eps in (1e-5, 0.5):                                           # 大 eps：放错位置会露出来
         ref = _seeded(RMSNorm(16, eps), 8)
-        mine, err = _build(cls, ref, 16, eps)
-        if err:
-            return _fail(err)
+        mine = _build(cls, ref, 16, eps)
         x = torch.randn(3, 5, 16, generator=g) * 2 + 0.5
         with torch.no_grad():
             want = ref(x)
-            got, err = _call(mine, x)
-        if err:
-            return _fail(f"norm(x) {err}")
-        err = _tensor(got, want.shape)
-        if err:
-            return _fail(err)
+            got = _got(mine, x, where="norm(x) ")
+        _tensor(got, want.shape)
         if _close(got, want):
             continue
         rms = x.pow(2).mean(-1, keepdim=True)
@@ -128,18 +109,12 @@ def mlp(cls) -> bool:
     两种设计输出都相同。"""
     for cfg in _CFGS:
         ref = _seeded(MLP(cfg), 9)
-        mine, err = _build(cls, ref, cfg)
-        if err:
-            return _fail(err)
+        mine = _build(cls, ref, cfg)
         x = torch.randn(2, 5, cfg.n_embd, generator=torch.Generator().manual_seed(10))
         with torch.no_grad():
             want = ref(x)
-            got, err = _call(mine, x)
-            if err:
-                return _fail(f"mlp(x) {err}")
-            err = _tensor(got, want.shape)
-            if err:
-                return _fail(err)
+            got = _got(mine, x, where="mlp(x) ")
+            _tensor(got, want.shape)
             if _close(got, want):
                 continue
             if cfg.mlp == "swiglu":
@@ -198,12 +173,10 @@ def attention_module(cls) -> bool:
     ``forward`` 应调用你写的 ``split_heads``、``rotate``、``attention``、``merge_heads``。"""
     for cfg in _CFGS:
         ref = _seeded(CausalSelfAttention(cfg), 11)
-        mine, err = _build(cls, ref, cfg)
-        if err:
-            return _fail(err)
+        mine = _build(cls, ref, cfg)
         T = 7                                                         # 比 block_size 短：要切掩码
         x = torch.randn(2, T, cfg.n_embd, generator=torch.Generator().manual_seed(12))
-        rope = _tables(cfg.head_dim, T) if cfg.pos == "rope" else None
+        rope = _rope(cfg, T)
         with torch.no_grad():
             want = ref(x, rope)
             got, err = _call(mine, x, rope)
@@ -211,9 +184,7 @@ def attention_module(cls) -> bool:
                 hint = ("（提示：掩码 buffer 是 [block_size, block_size]，"
                         "要切成 self.mask[:T, :T]）") if "size" in err else ""
                 return _fail(f"attn(x, rope) {err}{hint}")
-            err = _tensor(got, want.shape)
-            if err:
-                return _fail(err)
+            _tensor(got, want.shape)
             if _close(got, want):
                 continue
             for value, hint in _attention_variants(ref, x, rope):

@@ -1,22 +1,15 @@
-"""笔记本 03（训练循环）的练习检查器。
-
-用法：``gc.check.nb03.lr_schedule(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的中文，
-返回 True / False。检查器的参考是包（``gc.train``）；参考答案是教师版笔记本里的答案单元格，
-老师用 ``show_solution("nb03.train_step")`` 查看。"先猜一猜"的题（``predict_*``）
-在实验之后检查：把你的猜测和实验量出来的数一起交给检查器。练习分在几个模块里
-（``nb03_loss``、``nb03_loop``、``nb03_aux``、``nb03_title``），都从这里取。
+"""笔记本 03（训练循环）的练习检查器：参考是包（``gc.train``）。``predict_*`` 在实验之后检查：
+把你的猜测和实验量出来的数一起交给检查器。练习分在 ``nb03_loss``、``nb03_loop``、``nb03_aux``、
+``nb03_title`` 里，都从这里取。
 """
 from __future__ import annotations
 
 import copy
 import math
 
-from ._common import _call, _fail, _ok, choice, exercise, register, results
+from ._common import _fail, _got, _ok, choice, exercise, register, results
 from .nb03_aux import aux_loss, rhyme_targets  # noqa: F401
 from .nb03_loop import (  # noqa: F401
-    _LOOP_CFG,
-    _LOOP_DROPOUT,
-    _mistake_loop,
     accumulate_grads,
     compare_loops,
     estimate_loss,
@@ -25,7 +18,7 @@ from .nb03_loop import (  # noqa: F401
     train_step,
     training_loop,
 )
-from .nb03_loss import _ids, _tiny_model, cross_entropy, perplexity  # noqa: F401
+from .nb03_loss import cross_entropy, perplexity  # noqa: F401
 from .nb03_title import title_targets, titled_step  # noqa: F401
 
 EXERCISES = ("cross_entropy", "perplexity", "param_groups", "lr_schedule", "train_step",
@@ -85,9 +78,7 @@ def early_stopping(fn) -> bool:
              (ev([6.0, 5.2, 5.3, 5.4, 4.0]), 2, "停下以后的评估不能再看"),
              (ev([5.0, 5.1, 5.2]), 1, "patience = 1")]
     for evals, patience, what in cases:
-        got, err = _call(fn, copy.deepcopy(evals), patience)
-        if err:
-            return _fail(err)
+        got = _got(fn, copy.deepcopy(evals), patience)
         want = solution_early_stopping(evals, patience)
         try:
             got = (int(got[0]), int(got[1]))

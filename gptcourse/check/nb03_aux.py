@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from .. import verse
 from ..objectives import PING_GROUPS, Objective, rhyme_labels
 from ..tokenizer import CharTokenizer
-from ._common import _call, _fail, _ok, exercise
+from ._common import _call, _fail, _got, _ok, exercise
 
 # 平韵首句不入韵、平韵首句入韵、仄韵、不合诗体、七绝（平韵首句入韵）
 _POEMS = ("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
@@ -69,9 +69,7 @@ _HINTS = {
 def rhyme_targets(fn) -> bool:
     """练习：``fn(ids, tok) -> 与 ids 等长的张量``，韵脚的位置记平声韵部编号，其余 −1。"""
     ids, tok = _data()
-    got, err = _call(fn, ids, tok)
-    if err:
-        return _fail(err)
+    got = _got(fn, ids, tok)
     try:
         got = torch.as_tensor(got, dtype=torch.long).flatten()
     except Exception:  # noqa: BLE001

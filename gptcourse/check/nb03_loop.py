@@ -17,7 +17,7 @@ from ..train import TrainConfig, batch_generator, lr_at, train
 from ..train import estimate_loss as package_estimate
 from ..train import param_groups as package_groups
 from ..train import train_step as package_step
-from ._common import _call, _fail, _ok, exercise
+from ._common import _call, _fail, _got, _ok, exercise
 from .nb03_loss import _batch, _ids, _tiny_model
 
 
@@ -29,9 +29,7 @@ def param_groups(fn) -> bool:
     for model in (_tiny_model(), GPT(preset("teacher", vocab_size=30, block_size=8, n_layer=2,
                                             n_head=2, n_embd=16))):
         names = {id(p): n for n, p in model.named_parameters()}
-        got, err = _call(fn, model, 0.1)
-        if err:
-            return _fail(err)
+        got = _got(fn, model, 0.1)
         try:
             decay, no_decay = got
             got_sets = [{id(p) for p in decay["params"]}, {id(p) for p in no_decay["params"]}]
@@ -58,9 +56,7 @@ def lr_schedule(fn) -> bool:
     for max_lr, warmup, total, ratio in ((1e-3, 10, 100, 0.1), (3e-4, 0, 50, 0.0),
                                          (1.0, 5, 6, 0.5)):
         for step in range(total + 5):
-            got, err = _call(fn, step, max_lr, warmup, total, ratio)
-            if err:
-                return _fail(err)
+            got = _got(fn, step, max_lr, warmup, total, ratio)
             want = lr_at(step, max_lr, warmup, total, ratio)
             try:
                 same = math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-12)
@@ -93,9 +89,7 @@ def train_step(fn) -> bool:
         x, y = _batch(i)
         before = copy.deepcopy(mine)
         want = package_step(ref, opt_ref, [(x, y)], 0.05)[0]          # 很小的阈值：一定会裁剪
-        got, err = _call(fn, mine, opt_mine, x, y, 0.05)
-        if err:
-            return _fail(err)
+        got = _got(fn, mine, opt_mine, x, y, 0.05)
         try:
             same_loss = math.isclose(float(got), want, rel_tol=1e-5)
         except (TypeError, ValueError):
@@ -134,9 +128,7 @@ def accumulate_grads(fn) -> bool:
         model = _tiny_model()
         size = 8 // n
         micro = [(x[i:i + size], y[i:i + size]) for i in range(0, 8, size)]
-        _, err = _call(fn, model, micro)
-        if err:
-            return _fail(err)
+        _got(fn, model, micro)
         for (name, p), q in zip(model.named_parameters(), big.parameters()):
             if p.grad is None:
                 return _fail(f"{name} 没有梯度：每个微批次都要 backward()")
@@ -280,11 +272,9 @@ def training_loop(fn) -> bool:
     hook = mine.register_forward_pre_hook(
         lambda m, a: seen.append((m.training, torch.is_grad_enabled())))
     try:
-        got, err = _call(fn, mine, data, val, cfg)
+        got = _got(fn, mine, data, val, cfg)
     finally:
         hook.remove()
-    if err:
-        return _fail(err)
     hint = _mode_hint(seen, cfg.max_steps)
     if hint:
         return _fail(hint)

@@ -5,7 +5,7 @@ import torch
 
 from ..titled import encode as titled_encode
 from ..train import TrainConfig, param_groups, train
-from ._common import _call, _fail, _ok, exercise
+from ._common import _call, _fail, _got, _ok, exercise
 from .nb03_loop import _LOOP_DROPOUT, _same
 from .nb03_loss import _ids, _tiny_model
 
@@ -38,9 +38,7 @@ def title_targets(fn) -> bool:
     """练习：``fn(pairs, tok) -> (ids, targets)``，题目（含《》）的目标是 −1，正文与换行照常。"""
     tok = _CharTok("".join(t + b for t, b in _TITLED_PAIRS) + "《》")
     want_ids, want_y = titled_encode(_TITLED_PAIRS, tok)
-    got, err = _call(fn, list(_TITLED_PAIRS), tok)
-    if err:
-        return _fail(err)
+    got = _got(fn, list(_TITLED_PAIRS), tok)
     if not (isinstance(got, (tuple, list)) and len(got) == 2):
         return _fail(f"应返回 (ids, targets) 两个张量，收到 {type(got).__name__}")
     ids, y = (_tensor(v) for v in got)

@@ -1,10 +1,5 @@
-"""笔记本 04（评估与验收）的练习检查器。
-
-用法与前几章相同：``gc.check.nb04.bits_from_loss(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的
-中文，并返回 True / False。检查器的参考是包里的函数（``gc.verse``、``gc.acceptance``、
-``gc.evaluate``）；参考答案是教师版笔记本里的答案单元格，老师用
-``show_solution("nb04.bits_from_loss")`` 查看。
-"""
+"""笔记本 04（评估与验收）的练习检查器：参考是包里的函数（``gc.verse``、``gc.acceptance``、
+``gc.evaluate``）。"""
 from __future__ import annotations
 
 import math
@@ -16,7 +11,7 @@ import torch.nn.functional as F
 from ..acceptance import distinct_n
 from ..evaluate import metrics_from_loss
 from ..verse import poem_form
-from ._common import _call, _fail, _ok, choice, exercise, register, results  # noqa: F401
+from ._common import _call, _fail, _got, _ok, choice, exercise, register, results  # noqa: F401
 
 EXERCISES = ("bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
              "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
@@ -85,9 +80,7 @@ def guess_zigzag(guess) -> bool:
 
 def _numbers(fn, ref, cases, name) -> bool:
     for x in cases:
-        got, err = _call(fn, x)
-        if err:
-            return _fail(f"{name}({x!r}) {err}")
+        got = _got(fn, x, where=f"{name}({x!r}) ")
         want = ref(x)
         try:
             good = math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-9)
@@ -137,34 +130,32 @@ FORM_CASES = [
 def form_checker(fn) -> bool:
     """练习：``fn(poem) -> "五绝" / "五律" / "七绝" / "七律" / None``。"""
     for poem in FORM_CASES:
-        got, err = _call(fn, poem)
-        if err:
-            return _fail(f"form_checker({poem!r}) {err}")
+        got = _got(fn, poem, where=f"form_checker({poem!r}) ")
         want = poem_form(poem)
         if got != want:
             return _fail(f"form_checker({poem!r}) 得到 {got!r}，应为 {want!r}")
     return _ok()
 
 
-def attention_late_leak(q, k, v):
-    """[B, H, T, D] → [B, H, T, D]：掩码只管住了前 8 个位置，第 8 个位置起能看见后面所有的字。"""
+def _leaky_attention(q, k, v, open_up):
+    """[B, H, T, D] → [B, H, T, D]：因果掩码被 ``open_up(mask)`` 打开了几处的注意力。"""
     T, D = q.shape[-2], q.shape[-1]
     att = q @ k.transpose(-2, -1) / math.sqrt(D)
     mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    mask[8:] = True                                        # bug：后面的行什么都能看
+    open_up(mask)
     att = att.masked_fill(~mask, float("-inf"))
     return F.softmax(att, dim=-1) @ v
+
+
+def attention_late_leak(q, k, v):
+    """掩码只管住了前 8 个位置，第 8 个位置起能看见后面所有的字。"""
+    return _leaky_attention(q, k, v, lambda m: m[8:].fill_(True))
 
 
 def attention_pair_leak(q, k, v):
-    """[B, H, T, D] → [B, H, T, D]：只有一处漏洞——第 2 个位置能看见第 3 个位置。
+    """只有一处漏洞——第 2 个位置能看见第 3 个位置。
     只试一个 t（或只改最后一个字）的泄漏测试抓不住它。"""
-    T, D = q.shape[-2], q.shape[-1]
-    att = q @ k.transpose(-2, -1) / math.sqrt(D)
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    mask[2, 3] = True                                      # bug：一对位置 (2, 3)
-    att = att.masked_fill(~mask, float("-inf"))
-    return F.softmax(att, dim=-1) @ v
+    return _leaky_attention(q, k, v, lambda m: m[2, 3].fill_(True))
 
 
 def _leak_models():
@@ -194,9 +185,7 @@ def _leak_models():
 def future_leak_test(fn) -> bool:
     """练习：``fn(model) -> bool``，模型偷看了未来（某位置的输出受后面的字影响）时返回 True。"""
     for name, leaks, model in _leak_models():
-        got, err = _call(fn, model)
-        if err:
-            return _fail(f"在{name}上 {err}")
+        got = _got(fn, model, where=f"在{name}上 ")
         if bool(got) != leaks:
             if "dropout" in name:
                 hint = "：训练模式下 dropout 每次前向都不一样，先 model.eval() 再比较"
@@ -217,9 +206,7 @@ def fix_attention(fn) -> bool:
     g = torch.Generator().manual_seed(4)
     for shape in ((1, 1, 1, 4), (2, 4, 8, 16), (1, 2, 5, 8)):
         q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))
-        got, err = _call(fn, q, k, v)
-        if err:
-            return _fail(f"形状 {shape}：{err}")
+        got = _got(fn, q, k, v, where=f"形状 {shape}：")
         want = F.scaled_dot_product_attention(q, k, v, is_causal=True)
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             return _fail(f"形状 {shape}：输出应是形状 {tuple(want.shape)} 的张量")
@@ -236,9 +223,7 @@ def distinct_ngrams(fn) -> bool:
     """练习：``fn(poems, n) -> distinct-n``（n 字组只在一句之内取）。"""
     poems = ["春风春风，春风春风。", FORM_CASES[0], FORM_CASES[1], "白日依山尽，黄河入海流。"]
     for args in ((poems, 1), (poems, 2), (poems, 5), (poems[:1], 2), (["春"], 2), ([], 1)):
-        got, err = _call(fn, *args)
-        if err:
-            return _fail(f"distinct_ngrams{args!r} {err}")
+        got = _got(fn, *args, where=f"distinct_ngrams{args!r} ")
         want = distinct_n(*args)
         if got is None or not math.isclose(float(got), want, abs_tol=1e-9):
             return _fail(f"distinct_ngrams{args!r} 得到 {got!r}，应为 {want:.6g}")
@@ -294,9 +279,7 @@ def rhyme_check(fn) -> bool:
 
     for name, group in _rhyme_cases().items():
         for poem in group:
-            got, err = _call(fn, poem)
-            if err:
-                return _fail(f"rhyme_check({poem!r}) {err}")
+            got = _got(fn, poem, where=f"rhyme_check({poem!r}) ")
             want = check_rhyme(poem).rhymes
             if bool(got) == want and isinstance(got, bool):
                 continue
@@ -329,9 +312,8 @@ def slow_token_losses(fn) -> bool:
 
     model, tok = _slow_setup()
     for T, stride in ((8, 4), (8, 8), (6, 3), (16, 8)):
-        got, err = _call(fn, model, tok, _SLOW_TEXT, T, stride)
-        if err:
-            return _fail(f"slow_token_losses(T={T}, stride={stride}) {err}")
+        got = _got(fn, model, tok, _SLOW_TEXT, T, stride,
+                   where=f"slow_token_losses(T={T}, stride={stride}) ")
         want = token_losses(model, tok, _SLOW_TEXT, block_size=T, stride=stride)
         try:
             got = torch.as_tensor(got, dtype=torch.float32).flatten()
@@ -376,9 +358,7 @@ def bootstrap_interval(fn) -> bool:
     只要在 10000 轮时两端与参考相差不到区间宽度的 4% 也算对（那是蒙特卡洛误差）。"""
     for items, kind in _BOOT_CASES:
         stat = _boot_stat(kind)
-        got, err = _call(fn, items, stat, 10000, 1)
-        if err:
-            return _fail(f"bootstrap_interval {err}")
+        got = _got(fn, items, stat, 10000, 1, where="bootstrap_interval ")
         try:
             lo, hi = map(float, got)
         except (TypeError, ValueError):

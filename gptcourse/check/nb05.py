@@ -1,10 +1,5 @@
-"""笔记本 05（推理与部署）的练习检查器。
-
-用法与前几章相同：``gc.check.nb05.top_p(你的函数)`` 打印"正确 ✓"或一句说明哪里不对的中文，
-并返回 True / False。检查器的参考是包里的函数（``gc.sampling`` …）；包里没有的几个（逐行量化、
-KV 缓存的字节数……）写在本文件里，也是学生版的代替品。参考答案是教师版笔记本里的答案单元格，
-老师用 ``show_solution("nb05.top_p")`` 查看。
-"""
+"""笔记本 05（推理与部署）的练习检查器：参考是包里的函数（``gc.sampling`` …）；包里没有的
+（逐行量化、KV 缓存的字节数……）写在这里，也是学生版的代替品。"""
 from __future__ import annotations
 
 import copy
@@ -17,7 +12,7 @@ from ..config import preset
 from ..model import GPT
 from ..rope import apply_rope, rope_angles
 from ..sampling import apply_repetition_penalty, apply_temperature, top_p_filter
-from ._common import _call, _fail, _ok, choice, exercise, register, results  # noqa: F401
+from ._common import _call, _fail, _got, _ok, choice, exercise, register, results  # noqa: F401
 
 EXERCISES = ("decode_loop", "guess_frequency", "inverse_cdf", "temperature_softmax", "top_p",
              "repetition_penalty", "rope_cached_step", "guess_offset", "kv_cache_bytes",
@@ -66,18 +61,23 @@ def solution_quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return q, scale
 
 
-def solution_fenming(line: str) -> list[bool | None]:
+def solution_fenming(line: str, pos=(1, 3, 5), both_as_ping=False, same=False
+                     ) -> list[bool | None]:
     """二四六分明：一句之内第 2、4 字平仄相反（七言再加第 4、6 字）。"一三五不论"。
 
     每一对给一个结果：True（相反）、False（相同）、None（有"中"——可平可仄——或表外的字，无法判断）。
+    其余参数只给检查器模仿典型错误用（看错位置、把"中"当平、把"分明"当成相同）。
     """
     from ..verse import tone
 
-    pos = (1, 3) if len(line) == 5 else (1, 3, 5)             # 第 2、4、(6) 字，从 0 数
+    p = pos[:2] if len(line) == 5 else pos                  # 第 2、4、(6) 字，从 0 数
     out = []
-    for a, b in zip(pos, pos[1:]):
+    for a, b in zip(p, p[1:]):
         ta, tb = tone(line[a]), tone(line[b])
-        out.append(None if ta not in ("平", "仄") or tb not in ("平", "仄") else ta != tb)
+        if both_as_ping:
+            ta, tb = ("平" if ta == "中" else ta), ("平" if tb == "中" else tb)
+        ok = ta in ("平", "仄") and tb in ("平", "仄")
+        out.append(None if not ok else (ta == tb if same else ta != tb))
     return out
 
 
@@ -100,9 +100,7 @@ def temperature_softmax(fn) -> bool:
     """练习：``fn(logits, tau)`` → 概率；τ=0 为贪心 one-hot，τ<0 抛 ValueError。"""
     x = torch.tensor([2.0, 1.0, 0.5, 0.1])
     for tau in (1.0, 0.5, 2.0, 0.0):
-        got, err = _call(fn, x, tau)
-        if err:
-            return _fail(f"τ={tau}：{err}")
+        got = _got(fn, x, tau, where=f"τ={tau}：")
         want = F.one_hot(x.argmax(), 4).float() if tau == 0 else \
             apply_temperature(x, tau).softmax(-1)
         if not _close(got, want):
@@ -137,9 +135,7 @@ def top_p(fn) -> bool:
     cases = [(x, 0.7), (x, 0.4), (x, 0.81), (x, 1e-6), (x, 1.0),
              (torch.randn(50, generator=g) * 2, 0.9), (spike, 0.5), (spike, 1.0)]
     for logits, p in cases:
-        got, err = _call(fn, logits.clone(), p)
-        if err:
-            return _fail(f"p={p}：{err}")
+        got = _got(fn, logits.clone(), p, where=f"p={p}：")
         if not isinstance(got, torch.Tensor) or got.shape != logits.shape:
             return _fail(f"p={p}：应返回与 logits 同形状 {tuple(logits.shape)} 的张量")
         want = top_p_filter(logits, p)
@@ -163,9 +159,7 @@ def repetition_penalty(fn) -> bool:
     """练习：``fn(logits, ids, penalty)``：正的除、负的乘。"""
     x = torch.tensor([2.0, -2.0, 1.0, -0.5, 0.0])
     for ids, pen in (([0, 1], 2.0), ([1, 1, 3], 1.5), ([], 1.3), ([2, 4], 1.2)):
-        got, err = _call(fn, x.clone(), ids, pen)
-        if err:
-            return _fail(err)
+        got = _got(fn, x.clone(), ids, pen)
         want = apply_repetition_penalty(x, ids, pen)
         if not _close(got, want):
             if isinstance(got, torch.Tensor) and got.shape == x.shape and 1 in ids \
@@ -181,9 +175,7 @@ def kv_cache_bytes(fn) -> bool:
     """练习：``fn(n_layer, batch, seq_len, n_embd, bytes_per)`` → KV 缓存字节数。"""
     for args in ((4, 1, 128, 256, 4), (12, 1, 1024, 768, 4), (12, 8, 1024, 768, 2),
                  (3, 5, 7, 96, 2)):
-        got, err = _call(fn, *args)
-        if err:
-            return _fail(err)
+        got = _got(fn, *args)
         want = solution_kv_cache_bytes(*args)
         if got != want:
             L, B = args[0], args[1]
@@ -280,9 +272,7 @@ def inverse_cdf(fn) -> bool:
     us = [torch.tensor([0.0, 0.1, 0.5, 0.79, 0.8, 0.999]), torch.tensor([0.0, 0.25, 0.2499, 0.9]),
           torch.rand(200, generator=g)]
     for pr, u in zip(probs, us):
-        got, err = _call(fn, pr.clone(), u.clone())
-        if err:
-            return _fail(f"probs={pr.tolist()[:4]}…：{err}")
+        got = _got(fn, pr.clone(), u.clone(), where=f"probs={pr.tolist()[:4]}…：")
         want = solution_inverse_cdf(pr, u)
         try:
             got_t = torch.as_tensor(got).long().flatten()
@@ -316,10 +306,8 @@ def rope_cached_step(fn) -> bool:
         c, s = cos[:S + 1], sin[:S + 1]
         qr, kr = apply_rope(q, c, s), apply_rope(k, c, s)               # 整段按真实位置旋转
         full = torch.nn.functional.scaled_dot_product_attention(qr, kr, v, is_causal=True)
-        got, err = _call(fn, q[:, :, -1:], k[:, :, -1:], v[:, :, -1:], kr[:, :, :-1],
-                         v[:, :, :-1], cos, sin, S)
-        if err:
-            return _fail(f"缓存里有 {S} 个位置时：{err}")
+        got = _got(fn, q[:, :, -1:], k[:, :, -1:], v[:, :, -1:], kr[:, :, :-1], v[:, :, :-1],
+                   cos, sin, S, where=f"缓存里有 {S} 个位置时：")
         if not isinstance(got, tuple) or len(got) != 3:
             return _fail("应返回 (y, k_all, v_all) 三个张量")
         y, k_all, v_all = got
@@ -358,9 +346,7 @@ def quantize_rows(fn) -> bool:
     w0 = w.clone()
     w0[4] = 0.0                                                     # 一整行都是 0
     for m in (w, w0):
-        got, err = _call(fn, m.clone())
-        if err:
-            return _fail(err)
+        got = _got(fn, m.clone())
         if not isinstance(got, tuple) or len(got) != 2:
             return _fail("应返回 (q, scale) 两个张量")
         q, scale = got
@@ -389,20 +375,6 @@ def quantize_rows(fn) -> bool:
 
 
 # ---------------------------------------------------------------- 第 6 节：二四六分明
-def _fenming_variant(line: str, pos=(1, 3, 5), both_as_ping=False, same=False):
-    from ..verse import tone
-
-    p = pos[:2] if len(line) == 5 else pos
-    out = []
-    for a, b in zip(p, p[1:]):
-        ta, tb = tone(line[a]), tone(line[b])
-        if both_as_ping:
-            ta, tb = ("平" if ta == "中" else ta), ("平" if tb == "中" else tb)
-        ok = ta in ("平", "仄") and tb in ("平", "仄")
-        out.append(None if not ok else (ta == tb if same else ta != tb))
-    return out
-
-
 def _fenming_hint(line: str, got, n_want: int) -> str:
     """把学员的结果和几种典型的错误写法逐一比较，指出最可能的那一个。"""
     if not isinstance(got, list) or len(got) != n_want:
@@ -414,7 +386,7 @@ def _fenming_hint(line: str, got, n_want: int) -> str:
                                                       "而且分明 = 平仄**相反**"),
                      (dict(both_as_ping=True), "有“中”（可平可仄）或表外的字时无法判断，应为 None"),
                      (dict(same=True), "分明 = 平仄**相反**才成立")):
-        if got == _fenming_variant(line, **kw):
+        if got == solution_fenming(line, **kw):
             return hint
     return ""
 
@@ -433,9 +405,7 @@ def fenming(fn) -> bool:
             for i, line in enumerate(split_lines(poem)[0]):
                 pos = (1, 3) if len(line) == 5 else (1, 3, 5)
                 want = [rules[f"第{i + 1}句第{a + 1}、{b + 1}字分明"] for a, b in zip(pos, pos[1:])]
-                got, err = _call(fn, line)
-                if err:
-                    return _fail(f"fenming({line!r}) {err}")
+                got = _got(fn, line, where=f"fenming({line!r}) ")
                 if isinstance(got, tuple):
                     got = list(got)
                 if got == want:
@@ -491,9 +461,7 @@ def rhyme_mask(fn) -> bool:
 
     tok = CharTokenizer.from_text(_RHYME_TEXT)
     for feet, first in _RHYME_CASES:
-        got, err = _call(fn, tok, feet, first)
-        if err:
-            return _fail(f"rhyme_mask(tok, {feet!r}, {first!r}) {err}")
+        got = _got(fn, tok, feet, first, where=f"rhyme_mask(tok, {feet!r}, {first!r}) ")
         want = _rhyme_variant(tok, feet, first, "right")
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             return _fail(f"rhyme_mask(tok, {feet!r}, {first!r}) 应返回形状 {tuple(want.shape)} 的"
