@@ -82,7 +82,7 @@ def test_the_learners_gpt_calls_every_piece_and_equals_the_shipped_model(learner
     val = torch.tensor(tok.encode(gc.data.load_corpus("tang_jinti").val, errors="unk"))
     x = val[: 2 * 64].view(2, 64)
     with torch.no_grad():
-        torch.testing.assert_close(mine(x), shipped(x)[0])
+        torch.testing.assert_close(mine(x), shipped(x)[0], atol=1e-4, rtol=1e-4)   # 手写 vs SDPA
     used = {k for k, v in calls.items() if v} | {"layernorm"}       # layernorm：课程模型用 RMSNorm
     assert used == set(calls), f"学员的 GPT 没有调用：{set(calls) - used}"
     assert calls["rotate"] == 2 * shipped.config.n_layer            # 每层转 Q、K 各一次
@@ -121,7 +121,8 @@ def test_the_spies_notice_a_module_that_inlines_the_pieces(learner):
     mine = ns["GPT"](shipped.config).eval()
     mine.load_state_dict(shipped.state_dict())
     with torch.no_grad():
-        torch.testing.assert_close(mine(torch.arange(20)[None]), shipped(torch.arange(20)[None])[0])
+        torch.testing.assert_close(mine(torch.arange(20)[None]), shipped(torch.arange(20)[None])[0],
+                                   atol=1e-4, rtol=1e-4)
     assert calls["attention"] == calls["split_heads"] == calls["rotate"] == 0
 
 
