@@ -12,6 +12,7 @@ from ._common import _fail, _got, _ok, choice, exercise, register
 from .nb02_model import (  # noqa: F401  本章的检查器都从 gc.check.nb02 取
     _CFGS,
     EXERCISE_CONFIG,
+    _which,
     gpt_block,
     gpt_model,
     leak_test,
@@ -126,8 +127,7 @@ def scaled_attention(fn) -> bool:
              (F.softmax(scores, dim=-1) * causal @ v,
               "掩码放在了 softmax 之后：被遮住的权重变成 0，但每行之和不再是 1。"
               "应先把分数填成 −∞，再做 softmax")]
-    return _fail(next((hint for value, hint in wrong if close(value)),
-                      "数值与 gc.model.causal_attention(q, k, v, mask) 的输出不一致"))
+    return _fail(_which(out, wrong, "数值与 gc.model.causal_attention(q, k, v, mask) 的输出不一致"))
 
 
 def _trend(first: float, last: float, up: str, down: str, flat: str, tol: float) -> str:
@@ -228,27 +228,26 @@ def layernorm(fn) -> bool:
     out = _got(fn, x, 1e-5)
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:
         return _fail(f"输出形状应与输入相同 {tuple(x.shape)}")
-    ref = F.layer_norm(x, (16,), eps=1e-5)
-    if torch.allclose(out, ref, atol=1e-5):
-        small = x * 0.3                                     # eps = 0.5 与方差相当：放错看得出
-        out2 = _got(fn, small, 0.5, where="eps = 0.5 时")
-        if torch.allclose(out2, F.layer_norm(small, (16,), eps=0.5), atol=1e-5):
-            return _ok()
-        mu, var = small.mean(-1, keepdim=True), small.var(-1, unbiased=False, keepdim=True)
-        if torch.allclose(out2, (small - mu) / (torch.sqrt(var) + 0.5), atol=1e-4):
-            return _fail("eps 加在了开方之后：应是 (x − mean) / sqrt(方差 + eps)，eps 在根号里面")
-        if torch.allclose(out2, (small - mu) / torch.sqrt(var), atol=1e-4):
-            return _fail("没有用到参数 eps：方差很小时要靠它防止除以 0，写 sqrt(方差 + eps)")
-        return _fail("eps = 0.5 时与 F.layer_norm 不一致：eps 应加在方差上、开方之前")
-    unbiased = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5)
-    if torch.allclose(out, unbiased, atol=1e-5):
-        return _fail("用了无偏方差（除以 C−1）：LayerNorm 用有偏方差，写 var(unbiased=False) "
-                     "或 ((x − mean)²).mean()")
-    if torch.allclose(out, F.layer_norm(x.transpose(-1, -2), (5,)).transpose(-1, -2), atol=1e-5):
-        return _fail("归一化的维度不对：应对最后一维（每个位置的 C 个特征）求均值和方差")
-    if torch.allclose(out, x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5), atol=1e-5):
-        return _fail("这是 RMSNorm（没有减均值）：LayerNorm 要先减去均值")
-    return _fail("数值与 F.layer_norm 不一致：先减均值，再除以 sqrt(方差 + eps)")
+    if not torch.allclose(out, F.layer_norm(x, (16,), eps=1e-5), atol=1e-5):
+        unbiased = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5)
+        return _fail(_which(out, [
+            (unbiased, "用了无偏方差（除以 C−1）：LayerNorm 用有偏方差，写 var(unbiased=False) "
+                       "或 ((x − mean)²).mean()"),
+            (F.layer_norm(x.transpose(-1, -2), (5,)).transpose(-1, -2),
+             "归一化的维度不对：应对最后一维（每个位置的 C 个特征）求均值和方差"),
+            (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5),
+             "这是 RMSNorm（没有减均值）：LayerNorm 要先减去均值")],
+            "数值与 F.layer_norm 不一致：先减均值，再除以 sqrt(方差 + eps)"))
+    small = x * 0.3                                         # eps = 0.5 与方差相当：放错看得出
+    out2 = _got(fn, small, 0.5, where="eps = 0.5 时")
+    if torch.allclose(out2, F.layer_norm(small, (16,), eps=0.5), atol=1e-5):
+        return _ok()
+    mu, sd = small.mean(-1, keepdim=True), small.var(-1, unbiased=False, keepdim=True).sqrt()
+    return _fail(_which(out2, [
+        ((small - mu) / (sd + 0.5),
+         "eps 加在了开方之后：应是 (x − mean) / sqrt(方差 + eps)，eps 在根号里面"),
+        ((small - mu) / sd, "没有用到参数 eps：方差很小时要靠它防止除以 0，写 sqrt(方差 + eps)")],
+        "eps = 0.5 时与 F.layer_norm 不一致：eps 应加在方差上、开方之前", atol=1e-4))
 
 
 @exercise

@@ -99,6 +99,15 @@ def _load(mine, state) -> None:
                     f"多出 {list(unexpected)[:4]}）；名字要与 gc.model 的 state_dict 一致")
 
 
+def _build(cls, ref: torch.nn.Module, *args) -> torch.nn.Module:
+    """学员的类 → 实例，装上 ref 的权重（eval 模式）；出错时判“还不对”。"""
+    mine = _got(cls, *args, where=f"{getattr(cls, '__name__', '这个类')}(…) ")
+    if not isinstance(mine, torch.nn.Module):
+        raise Wrong(f"应是一个 nn.Module，收到 {type(mine).__name__}")
+    _load(mine, ref.state_dict())
+    return mine.eval()
+
+
 def _perturb_norms(model: torch.nn.Module) -> torch.nn.Module:
     """把各归一化层的 γ、β 设成互不相同的值（初始化时都是 1 / 0，会掩盖“用错了归一化”）。"""
     g = torch.Generator().manual_seed(5)
@@ -119,14 +128,18 @@ def _tensor(out, shape) -> None:
         raise Wrong(f"输出形状应为 {tuple(shape)}，收到 {tuple(out.shape)}")
 
 
+def _which(got, wrong, otherwise: str, atol: float = 1e-5) -> str:
+    """``wrong`` = [(典型错误的输出, 提示)] 里第一个与 ``got`` 相同的提示，都不像时是 otherwise。"""
+    return next((hint for value, hint in wrong
+                 if value.shape == got.shape and torch.allclose(got, value, atol=atol)), otherwise)
+
+
 def _match(got, want, otherwise: str, variants, *args, atol: float = 1e-5) -> None:
-    """``got`` 应是与 ``want`` 相同的张量；否则按 ``variants(*args)``（[(典型错误的输出, 提示)]）
-    说出第一个相同的错误，都不像时说 ``otherwise``（抛出 ``Wrong``）。"""
+    """``got`` 应是与 ``want`` 相同的张量；否则说出 ``_which(got, variants(*args), otherwise)``
+    （抛出 ``Wrong``）。"""
     _tensor(got, want.shape)
     if not torch.allclose(got, want, atol=atol):
-        raise Wrong(next((hint for value, hint in variants(*args)
-                          if value.shape == got.shape and torch.allclose(got, value, atol=atol)),
-                         otherwise))
+        raise Wrong(_which(got, variants(*args), otherwise, atol))
 
 
 def _logits(out):
@@ -163,9 +176,7 @@ def gpt_block(block_cls) -> bool:
     for cfg in _CFGS:
         torch.manual_seed(0)
         ref = _perturb_norms(Block(cfg).eval())
-        mine = _got(block_cls, cfg, where="Block(cfg) ")
-        _load(mine, ref.state_dict())
-        mine.eval()
+        mine = _build(block_cls, ref, cfg)
         x = torch.randn(2, 7, cfg.n_embd, generator=torch.Generator().manual_seed(1))
         rope = _rope(cfg, 7)
         with torch.no_grad():
@@ -209,9 +220,7 @@ def gpt_model(gpt_cls) -> bool:
         with torch.no_grad():                   # N(0, 0.02) 的 q、k 让分数 ≈ 0，注意力几乎均匀，
             for blk in ref.blocks:              # 位置（RoPE 的角度）就看不出来：放大到 σ ≈ 0.3
                 blk.attn.qkv.weight.mul_(15.0)
-        mine = _got(gpt_cls, cfg, where="GPT(cfg) ")
-        _load(mine, ref.state_dict())
-        mine.eval()
+        mine = _build(gpt_cls, ref, cfg)
         if getattr(mine, "lm_head", None) is None or mine.lm_head.weight is not mine.tok_emb.weight:
             return _fail("输出头没有与词嵌入共享：应写 self.lm_head.weight = self.tok_emb.weight"
                          "（同一个张量，而不只是数值相等）")

@@ -8,8 +8,8 @@ import torch.nn.functional as F
 
 from ..model import MLP, CausalSelfAttention, RMSNorm
 from ..rope import apply_rope, apply_rope_interleaved
-from ._common import Wrong, _call, _fail, _got, _ok, exercise
-from .nb02_model import _CFGS, _load, _match, _rope, _tables, _tensor
+from ._common import _call, _fail, _got, _ok, exercise
+from .nb02_model import _CFGS, _build, _match, _rope, _tables, _tensor
 
 
 # ---------------------------------------------------------------- 学生版的代替品（包里没有的）
@@ -26,15 +26,6 @@ def _seeded(module: torch.nn.Module, seed: int) -> torch.nn.Module:
         for p in module.parameters():
             p.copy_(torch.randn(p.shape, generator=g) * (0.3 if p.dim() > 1 else 1.0))
     return module.eval()
-
-
-def _build(cls, ref: torch.nn.Module, *args) -> torch.nn.Module:
-    """学员的类 → 实例，装上 ref 的权重（eval 模式）；出错时判“还不对”。"""
-    mine = _got(cls, *args, where=f"{getattr(cls, '__name__', '这个类')}(…) ")
-    if not isinstance(mine, torch.nn.Module):
-        raise Wrong(f"应是一个 nn.Module，收到 {type(mine).__name__}")
-    _load(mine, ref.state_dict())
-    return mine.eval()
 
 
 # ---------------------------------------------------------------- 检查器
