@@ -1,7 +1,4 @@
-"""笔记本 01 的第二组练习：亲手写字节级 BPE（训练、编码、解码）、两道预测题、近似重复的判据。
-
-检查器拿包里的实现（``gptcourse.bpe``、``gptcourse.data``）来对答案，逐字节比较。
-"""
+"""笔记本 01 的第二组练习（字节级 BPE、两道预测题、近似重复）：参考是 ``gc.bpe``、``gc.data``。"""
 from __future__ import annotations
 
 from ..bpe import BPETokenizer, get_stats, merge
@@ -15,10 +12,6 @@ _TEXT = ("床前明月光，疑是地上霜。举头望明月，低头思故乡�
 
 
 # ---------------------------------------------------------------- 检查器
-def _merges_of(text: str, vocab_size: int) -> dict:
-    return BPETokenizer.train(text, vocab_size=vocab_size).merges
-
-
 def _unchunked(text: str, vocab_size: int) -> dict:
     ids, merges = list(text.encode("utf-8")), {}
     for idx in range(256, vocab_size):
@@ -38,7 +31,7 @@ def bpe_train(fn) -> bool:
         got = _got(fn, text, vs, where=f"bpe_train({text[:8]!r}…, {vs}) ")
         if not isinstance(got, dict):
             return _fail(f"应返回字典 {{(a, b): 新 id}}，收到 {type(got).__name__}")
-        want = _merges_of(text, vs)
+        want = BPETokenizer.train(text, vocab_size=vs).merges
         got_items = [(tuple(k), v) for k, v in got.items()]
         if got_items == list(want.items()):
             continue
@@ -100,10 +93,7 @@ def bpe_decode(fn) -> bool:
 
 @exercise
 def guess_compression(guess, ratio: dict | None = None) -> bool:
-    """预测题：词表都是 1024 时，字符分词与字节级 BPE 在五绝验证集上谁的每字词元数更少？
-
-    ``ratio``：这次量出的 {"字符（1024）": 每字词元数, "BPE（1024）": 每字词元数}；给了就按它判
-    （相差不到 0.02 算“一样多”），答错时把这两个数告诉学员，不说正确的字母。"""
+    """预测题；``ratio``：{"字符（1024）": 每字词元数, "BPE（1024）": …}，差 < 0.02 算一样。"""
     right, seen = "A", ""
     if ratio is not None:
         char, bpe = float(ratio["字符（1024）"]), float(ratio["BPE（1024）"])
@@ -116,9 +106,7 @@ def guess_compression(guess, ratio: dict | None = None) -> bool:
 
 @exercise
 def guess_leak(guess, overlap: float | None = None) -> bool:
-    """预测题：20 首诗复制 50 遍再按位置 90/10 切分，验证集的句子有多少在训练集里出现过？
-
-    ``overlap``：这次量出的比例（0–1）；给了就按它判（< 20 % 是 A，< 80 % 是 B，否则 C）。"""
+    """预测题；``overlap``：这次量出的比例（0–1），< 20 % 是 A，< 80 % 是 B，否则 C。"""
     right, seen = "C", ""
     if overlap is not None:
         right = "A" if overlap < 0.2 else ("B" if overlap < 0.8 else "C")

@@ -1,6 +1,4 @@
-"""笔记本 02（注意力与因果掩码）的练习检查器：参考是包里的函数（``gc.model``、``gc.rope``）；
-包里没有的几个小函数（``solution_*``）也是学生版的代替品。``guess_*`` 是实验之前填写的预测题。
-"""
+"""笔记本 02（注意力与因果掩码）的练习检查器：参考是 ``gc.model``、``gc.rope`` 里的版本。"""
 from __future__ import annotations
 
 import math
@@ -14,6 +12,7 @@ from ._common import _fail, _got, _ok, choice, exercise, register
 from .nb02_model import (  # noqa: F401  本章的检查器都从 gc.check.nb02 取
     _CFGS,
     EXERCISE_CONFIG,
+    _which,
     gpt_block,
     gpt_model,
     leak_test,
@@ -89,8 +88,7 @@ def causal_mask(fn) -> bool:
 
 @exercise
 def scaled_attention(fn) -> bool:
-    """练习：``attention(q, k, v, mask)``：q [B,H,T,D]，k、v [B,H,S,D]，
-    mask [T,S]（True = 可以看）。"""
+    """练习：``attention(q, k, v, mask)``：q [B,H,T,D]，k、v [B,H,S,D]，mask [T,S]（True = 看）。"""
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 3, 6, 8, generator=g) for _ in range(3))
     causal = solution_causal_mask(6)
@@ -114,38 +112,32 @@ def scaled_attention(fn) -> bool:
     if torch.isnan(out).any() and torch.isnan(out).all(-1).any():
         return _fail("输出里有 NaN：True/False 用反了。这里 True = 可以看，"
                      "要填 −∞ 的是 ~mask（看不见的位置）")
-    if close(F.scaled_dot_product_attention(q, k, v)):
-        return _fail("没有用掩码：每个位置都看到了未来（把 mask 为 False 的分数填成 −∞）")
-    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1.0)):
-        return _fail("忘了除以 √D（D = head_dim）：分数太大，softmax 会饱和")
-    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / math.sqrt(3 * 8))):
-        return _fail("除以的是 √(n_embd) = √(H·D)，应该除以 √(head_dim)")
-    if close(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=1 / 8)):
-        return _fail("除以的是 D，应该除以 √D")
-    att = (q @ k.transpose(-2, -1) / math.sqrt(8)).masked_fill(~causal, float("-inf"))
-    if close(torch.nan_to_num(F.softmax(att, dim=-2)) @ v):
-        return _fail("softmax 的维度不对：应在最后一维（键）上归一化，dim=-1")
-    after = F.softmax(q @ k.transpose(-2, -1) / math.sqrt(8), dim=-1) * causal
-    if close(after @ v):
-        return _fail("掩码放在了 softmax 之后：被遮住的权重变成 0，但每行之和不再是 1。"
-                     "应先把分数填成 −∞，再做 softmax")
-    return _fail("数值与 gc.model.causal_attention(q, k, v, mask) 的输出不一致")
+
+    def sdpa(scale=None, is_causal=True):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+
+    scores = q @ k.transpose(-2, -1) / math.sqrt(8)
+    wrong = [(sdpa(is_causal=False),
+              "没有用掩码：每个位置都看到了未来（把 mask 为 False 的分数填成 −∞）"),
+             (sdpa(1.0), "忘了除以 √D（D = head_dim）：分数太大，softmax 会饱和"),
+             (sdpa(1 / math.sqrt(3 * 8)), "除以的是 √(n_embd) = √(H·D)，应该除以 √(head_dim)"),
+             (sdpa(1 / 8), "除以的是 D，应该除以 √D"),
+             (torch.nan_to_num(F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-2)) @ v,
+              "softmax 的维度不对：应在最后一维（键）上归一化，dim=-1"),
+             (F.softmax(scores, dim=-1) * causal @ v,
+              "掩码放在了 softmax 之后：被遮住的权重变成 0，但每行之和不再是 1。"
+              "应先把分数填成 −∞，再做 softmax")]
+    return _fail(_which(out, wrong, "数值与 gc.model.causal_attention(q, k, v, mask) 的输出不一致"))
 
 
 def _trend(first: float, last: float, up: str, down: str, flat: str, tol: float) -> str:
     """由实验量出的两个数定出正确的选项：明显变大 → up，明显变小 → down，否则 flat。"""
-    if last - first > tol:
-        return up
-    if first - last > tol:
-        return down
-    return flat
+    return up if last - first > tol else down if first - last > tol else flat
 
 
 @exercise
 def guess_saturation(guess, wmax: tuple[float, float] | None = None) -> bool:
-    """预测题：不缩放时，head_dim 从 16 增大到 256，每行最大的注意力权重会怎样？
-
-    ``wmax``：这次实验量出的（D 最小, D 最大）时不缩放的每行最大权重；给了就按它判。"""
+    """预测题；``wmax``：这次量出的（D 最小, D 最大）时不缩放的每行最大权重，给了就按它判。"""
     right = "B" if wmax is None else _trend(*wmax, up="B", down="A", flat="C", tol=0.05)
     seen = "" if wmax is None else f"这次量到的最大权重从 {wmax[0]:.2f} 变到 {wmax[1]:.2f}。"
     return choice(guess, right, hints={
@@ -156,9 +148,7 @@ def guess_saturation(guess, wmax: tuple[float, float] | None = None) -> bool:
 
 @exercise
 def guess_sqrt_c(guess, entropy: dict | None = None) -> bool:
-    """预测题：多头注意力里改成除以 √n_embd（而不是 √head_dim），注意力分布会怎样？
-
-    ``entropy``：这次实验量出的 {"÷√C": 归一化熵, "÷√D": 归一化熵}；熵越大越平。"""
+    """预测题；``entropy``：这次量出的 {"÷√C": 归一化熵, "÷√D": 归一化熵}（熵越大越平）。"""
     right = "B" if entropy is None else _trend(entropy["÷√D"], entropy["÷√C"], up="B", down="A",
                                                flat="C", tol=0.01)
     return choice(guess, right, hints={
@@ -198,8 +188,10 @@ def split_merge_heads(split, merge) -> bool:
 @exercise
 def rope_pair(fn) -> bool:
     """练习：``rope_pair(x1, x2, cos, sin)`` 把坐标 (x1, x2) 逆时针旋转角度 a，返回 (y1, y2)。"""
-    cases = [(1.0, 0.0, 0.5), (0.3, -1.2, 0.75), (2.0, 1.0, 3.0), (0.5, 0.5, 0.0)]
-    for x1, x2, a in cases:
+    def near(got, want):
+        return all(math.isclose(y, w, abs_tol=1e-5) for y, w in zip(got, want))
+
+    for x1, x2, a in [(1.0, 0.0, 0.5), (0.3, -1.2, 0.75), (2.0, 1.0, 3.0), (0.5, 0.5, 0.0)]:
         c, s = math.cos(a), math.sin(a)
         out = _got(fn, x1, x2, c, s)
         try:
@@ -207,10 +199,9 @@ def rope_pair(fn) -> bool:
         except (TypeError, ValueError):
             return _fail(f"应返回两个数 (y1, y2)，收到 {out!r}")
         r1, r2 = solution_rope_pair(x1, x2, c, s)
-        if math.isclose(y1, r1, abs_tol=1e-5) and math.isclose(y2, r2, abs_tol=1e-5):
+        if near((y1, y2), (r1, r2)):
             continue
-        w1, w2 = solution_rope_pair(x1, x2, c, -s)
-        if math.isclose(y1, w1, abs_tol=1e-5) and math.isclose(y2, w2, abs_tol=1e-5):
+        if near((y1, y2), solution_rope_pair(x1, x2, c, -s)):
             return _fail("旋转方向反了（相当于转了 −a）："
                          "y1 = x1·cos − x2·sin，y2 = x1·sin + x2·cos")
         if not math.isclose(math.hypot(y1, y2), math.hypot(x1, x2), rel_tol=1e-4):
@@ -237,35 +228,31 @@ def layernorm(fn) -> bool:
     out = _got(fn, x, 1e-5)
     if not isinstance(out, torch.Tensor) or out.shape != x.shape:
         return _fail(f"输出形状应与输入相同 {tuple(x.shape)}")
-    ref = F.layer_norm(x, (16,), eps=1e-5)
-    if torch.allclose(out, ref, atol=1e-5):
-        small = x * 0.3                                     # eps = 0.5 与方差相当：放错看得出
-        out2 = _got(fn, small, 0.5, where="eps = 0.5 时")
-        if torch.allclose(out2, F.layer_norm(small, (16,), eps=0.5), atol=1e-5):
-            return _ok()
-        mu, var = small.mean(-1, keepdim=True), small.var(-1, unbiased=False, keepdim=True)
-        if torch.allclose(out2, (small - mu) / (torch.sqrt(var) + 0.5), atol=1e-4):
-            return _fail("eps 加在了开方之后：应是 (x − mean) / sqrt(方差 + eps)，eps 在根号里面")
-        if torch.allclose(out2, (small - mu) / torch.sqrt(var), atol=1e-4):
-            return _fail("没有用到参数 eps：方差很小时要靠它防止除以 0，写 sqrt(方差 + eps)")
-        return _fail("eps = 0.5 时与 F.layer_norm 不一致：eps 应加在方差上、开方之前")
-    unbiased = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5)
-    if torch.allclose(out, unbiased, atol=1e-5):
-        return _fail("用了无偏方差（除以 C−1）：LayerNorm 用有偏方差，写 var(unbiased=False) "
-                     "或 ((x − mean)²).mean()")
-    if torch.allclose(out, F.layer_norm(x.transpose(-1, -2), (5,)).transpose(-1, -2), atol=1e-5):
-        return _fail("归一化的维度不对：应对最后一维（每个位置的 C 个特征）求均值和方差")
-    if torch.allclose(out, x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5), atol=1e-5):
-        return _fail("这是 RMSNorm（没有减均值）：LayerNorm 要先减去均值")
-    return _fail("数值与 F.layer_norm 不一致：先减均值，再除以 sqrt(方差 + eps)")
+    if not torch.allclose(out, F.layer_norm(x, (16,), eps=1e-5), atol=1e-5):
+        unbiased = (x - x.mean(-1, keepdim=True)) / torch.sqrt(x.var(-1, keepdim=True) + 1e-5)
+        return _fail(_which(out, [
+            (unbiased, "用了无偏方差（除以 C−1）：LayerNorm 用有偏方差，写 var(unbiased=False) "
+                       "或 ((x − mean)²).mean()"),
+            (F.layer_norm(x.transpose(-1, -2), (5,)).transpose(-1, -2),
+             "归一化的维度不对：应对最后一维（每个位置的 C 个特征）求均值和方差"),
+            (x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5),
+             "这是 RMSNorm（没有减均值）：LayerNorm 要先减去均值")],
+            "数值与 F.layer_norm 不一致：先减均值，再除以 sqrt(方差 + eps)"))
+    small = x * 0.3                                         # eps = 0.5 与方差相当：放错看得出
+    out2 = _got(fn, small, 0.5, where="eps = 0.5 时")
+    if torch.allclose(out2, F.layer_norm(small, (16,), eps=0.5), atol=1e-5):
+        return _ok()
+    mu, sd = small.mean(-1, keepdim=True), small.var(-1, unbiased=False, keepdim=True).sqrt()
+    return _fail(_which(out2, [
+        ((small - mu) / (sd + 0.5),
+         "eps 加在了开方之后：应是 (x − mean) / sqrt(方差 + eps)，eps 在根号里面"),
+        ((small - mu) / sd, "没有用到参数 eps：方差很小时要靠它防止除以 0，写 sqrt(方差 + eps)")],
+        "eps = 0.5 时与 F.layer_norm 不一致：eps 应加在方差上、开方之前", atol=1e-4))
 
 
 @exercise
 def guess_norm(guess, val_loss: dict | None = None) -> bool:
-    """预测题：8 层的小模型，同样的学习率、不预热、同样的步数，Pre-Norm 与 Post-Norm 谁更低？
-
-    ``val_loss``：这次实验量出的 {"Pre-Norm": 验证损失, "Post-Norm": 验证损失}；
-    差不到 0.05 算“差不多”。"""
+    """预测题；``val_loss``：{"Pre-Norm": 验证损失, "Post-Norm": …}，差不到 0.05 算“差不多”。"""
     right = "A" if val_loss is None else _trend(val_loss["Pre-Norm"], val_loss["Post-Norm"],
                                                 up="A", down="B", flat="C", tol=0.05)
     seen = "" if val_loss is None else (f"这次量到的验证损失：Pre-Norm {val_loss['Pre-Norm']:.2f}，"
@@ -275,9 +262,7 @@ def guess_norm(guess, val_loss: dict | None = None) -> bool:
 
 @exercise
 def guess_init_growth(guess, stds: tuple[float, float] | None = None) -> bool:
-    """预测题：残差投影不按 1/√(2L) 缩小时，初始化的残差流标准差随深度怎样变化？
-
-    ``stds``：这次实验量出的（最浅, 最深）模型不缩放时最后一层残差流的标准差。"""
+    """预测题；``stds``：（最浅, 最深）模型不缩放时最后一层残差流的标准差。"""
     right = "B" if stds is None else _trend(*stds, up="B", down="C", flat="A",
                                             tol=0.1 * min(stds))
     return choice(guess, right, hints={
@@ -295,12 +280,8 @@ def guess_offset(n) -> bool:
         return _fail(f"应填一个整数（往前数几个词元），收到 {n!r}")
     if n == 5:
         return _ok()
-    if n == 6:
-        return _fail("6 是位置 t 自己在上一句的对应字（5 个字 + 1 个标点）。"
-                     "可位置 t 要预测的是 t+1，"
-                     "t+1 的对应字在 t+1−6 = t−5")
-    if n == 7:
-        return _fail("往前 7 个是上一句里 t−1 的对应字；要找的是 t+1 的对应字：t+1−6")
-    if n == 4:
-        return _fail("别忘了标点也是一个词元：五言一句是 5 个字 + 1 个标点 = 6 个词元")
-    return _fail("数一数：五言一句 = 5 个字 + 1 个标点 = 6 个词元；t+1 的对应字在 t+1−6")
+    return _fail({6: "6 是位置 t 自己在上一句的对应字（5 个字 + 1 个标点）。"
+                     "可位置 t 要预测的是 t+1，t+1 的对应字在 t+1−6 = t−5",
+                  7: "往前 7 个是上一句里 t−1 的对应字；要找的是 t+1 的对应字：t+1−6",
+                  4: "别忘了标点也是一个词元：五言一句是 5 个字 + 1 个标点 = 6 个词元"}.get(
+        n, "数一数：五言一句 = 5 个字 + 1 个标点 = 6 个词元；t+1 的对应字在 t+1−6"))

@@ -1,7 +1,4 @@
-"""笔记本 02 的第二组练习：你写的 Block 与 GPT、会泄漏的模型、数一个没见过的配置的参数。
-
-检查器把 ``gc.model`` 的权重装进你写的类，比较输出；认得几种典型的写错方式并指出来。
-"""
+"""笔记本 02 的第二组练习：你写的 Block 与 GPT、会泄漏的模型、数一个没见过的配置的参数。"""
 from __future__ import annotations
 
 import copy
@@ -54,29 +51,29 @@ def solution_make_leaky(model):
     return model
 
 
+def _with_forward(cls: type, forward) -> type:
+    return type(cls.__name__, (cls,), {"forward": forward, "__module__": cls.__module__})
+
+
 def reference_block(block_cls: type) -> type:
     """学生版用：学员的 ``Block``（``__init__`` 是给定的），``forward`` 换成参考答案。"""
-    return type(block_cls.__name__, (block_cls,), {"forward": solution_block_forward,
-                                                   "__module__": block_cls.__module__})
+    return _with_forward(block_cls, solution_block_forward)
+
+
+def reference_gpt(gpt_cls: type) -> type:
+    """学生版用：学员的 ``GPT``（``__init__`` 是给定的），``forward`` 换成参考答案。"""
+    return _with_forward(gpt_cls, solution_gpt_forward)
 
 
 def reference_attention_module() -> type:
-    """学生版用（练习 11 还没写完时）：包里的 ``CausalSelfAttention``，但走手写路径——
-    ``causal_attention`` 读 ``self.mask``。SDPA 的 ``is_causal=True`` 不读这个 buffer，拿它当
-    代替品时练习 14 改掉掩码也不泄漏，泄漏演示就反了过来，正确的 ``make_leaky`` 还被判错。"""
+    """学生版用（练习 11 没写完时）：包里的 ``CausalSelfAttention``，但走读 ``self.mask`` 的手写
+    路径——SDPA 的 ``is_causal=True`` 不读掩码，练习 14 的泄漏演示就反了过来。"""
     def __init__(self, cfg):
         CausalSelfAttention.__init__(self, cfg)
         self.use_sdpa = False                                   # 手写路径：掩码来自 self.mask
 
     return type("CausalSelfAttention", (CausalSelfAttention,),
                 {"__init__": __init__, "__module__": CausalSelfAttention.__module__})
-
-
-def reference_gpt(gpt_cls: type) -> type:
-    """学生版用：学员的 ``GPT``（``__init__`` 是给定的），``forward`` 换成参考答案。"""
-    return type(gpt_cls.__name__, (gpt_cls,), {"forward": solution_gpt_forward,
-                                               "__module__": gpt_cls.__module__})
-
 
 
 # ---------------------------------------------------------------- 小工具
@@ -90,15 +87,25 @@ def _rope(cfg, T):
 
 
 def _load(mine, state) -> None:
-    """把包里的权重装进学员的模块；名字或形状对不上时判“还不对”（抛出 ``Wrong``）。"""
+    """把包里的权重装进学员的模块；名字或形状对不上时判“还不对”（抛出 ``Wrong``）。
+    学员自己的 buffer（掩码）不在包的 state_dict 里时（非持久 buffer）保留学员的值。"""
     try:
         missing, unexpected = mine.load_state_dict(state, strict=False)
     except RuntimeError as e:
         raise Wrong(f"形状对不上：{str(e).splitlines()[-1].strip()}") from None
+    missing = [k for k in missing if k not in dict(mine.named_buffers())]
     if missing or unexpected:
         raise Wrong(f"参数名与包里的模型对不上（缺少 {list(missing)[:4]}，"
-                    f"多出 {list(unexpected)[:4]}）；"
-                    "名字要与 gc.model 的 state_dict 一致")
+                    f"多出 {list(unexpected)[:4]}）；名字要与 gc.model 的 state_dict 一致")
+
+
+def _build(cls, ref: torch.nn.Module, *args) -> torch.nn.Module:
+    """学员的类 → 实例，装上 ref 的权重（eval 模式）；出错时判“还不对”。"""
+    mine = _got(cls, *args, where=f"{getattr(cls, '__name__', '这个类')}(…) ")
+    if not isinstance(mine, torch.nn.Module):
+        raise Wrong(f"应是一个 nn.Module，收到 {type(mine).__name__}")
+    _load(mine, ref.state_dict())
+    return mine.eval()
 
 
 def _perturb_norms(model: torch.nn.Module) -> torch.nn.Module:
@@ -121,15 +128,26 @@ def _tensor(out, shape) -> None:
         raise Wrong(f"输出形状应为 {tuple(shape)}，收到 {tuple(out.shape)}")
 
 
+def _which(got, wrong, otherwise: str, atol: float = 1e-5) -> str:
+    """``wrong`` = [(典型错误的输出, 提示)] 里第一个与 ``got`` 相同的提示，都不像时是 otherwise。"""
+    return next((hint for value, hint in wrong
+                 if value.shape == got.shape and torch.allclose(got, value, atol=atol)), otherwise)
+
+
+def _match(got, want, otherwise: str, variants, *args, atol: float = 1e-5) -> None:
+    """``got`` 应是与 ``want`` 相同的张量；否则说出 ``_which(got, variants(*args), otherwise)``
+    （抛出 ``Wrong``）。"""
+    _tensor(got, want.shape)
+    if not torch.allclose(got, want, atol=atol):
+        raise Wrong(_which(got, variants(*args), otherwise, atol))
+
+
 def _logits(out):
     return out[0] if isinstance(out, tuple) else out            # model(idx) 或 (logits, loss)
 
 
 def leak_test(model, k: int = 5, T: int = 12, seed: int = 0) -> tuple[float, float]:
-    """改掉位置 k 之后的词元：返回 (位置 < k 的 logits 最大变化, 位置 ≥ k 的最大变化)。
-
-    model(idx) 可以返回 logits，也可以返回 (logits, loss)。
-    """
+    """改掉位置 k 之后的词元：返回 (位置 < k 的 logits 最大变化, 位置 ≥ k 的最大变化)。"""
     V = model.tok_emb.num_embeddings
     g = torch.Generator().manual_seed(seed)
     a = torch.randint(V, (2, T), generator=g)
@@ -141,51 +159,56 @@ def leak_test(model, k: int = 5, T: int = 12, seed: int = 0) -> tuple[float, flo
 
 
 def _block_variants(ref: Block, x, rope):
-    """常见写错的 Block：(名字, 输出)。"""
+    """常见写错的 Block：(输出, 提示)。"""
     a, m, n1, n2 = ref.attn, ref.mlp, ref.norm1, ref.norm2
-
-    def att(h):
-        return a(h, rope)
-
-    h = n1(x + att(x))
-    post = n2(h + m(h))
-    h = x + att(n1(x))
-    shared = h + m(n1(h))
-    no_resid = m(n2(att(n1(x))))
-    h = att(n1(x))
-    first_only = h + m(n2(h))
-    return [("Post-Norm", post), ("shared", shared), ("no_resid", no_resid),
-            ("first_only", first_only)]
+    post, shared, first = n1(x + a(x, rope)), x + a(n1(x), rope), a(n1(x), rope)
+    return [(n2(post + m(post)), "你在残差相加之后才归一化：x = norm(x + 子层(x))，那是 Post-Norm。"
+                                 "Pre-Norm 是 x = x + 子层(norm(x))"),
+            (shared + m(n1(shared)),
+             "第二个子层（MLP）前面用了 norm1：每个子层有自己的归一化，MLP 前面是 norm2"),
+            (m(n2(first)), "没有残差连接：子层的输出要加回 x（x = x + …），而不是替换 x"),
+            (first + m(n2(first)), "注意力那一步没有加回残差：应为 x = x + attn(norm1(x))")]
 
 
 @exercise
 def gpt_block(block_cls) -> bool:
     """练习：你的 ``Block``（Pre-Norm）与 ``gc.model.Block`` 装上同一份权重，输出必须相同。"""
-    hints = {"Post-Norm": "你在残差相加之后才归一化：x = norm(x + 子层(x))，那是 Post-Norm。"
-                          "Pre-Norm 是 x = x + 子层(norm(x))",
-             "shared": "第二个子层（MLP）前面用了 norm1：每个子层有自己的归一化，MLP 前面是 norm2",
-             "no_resid": "没有残差连接：子层的输出要加回 x（x = x + …），而不是替换 x",
-             "first_only": "注意力那一步没有加回残差：应为 x = x + attn(norm1(x))"}
     for cfg in _CFGS:
         torch.manual_seed(0)
         ref = _perturb_norms(Block(cfg).eval())
-        mine = _got(block_cls, cfg, where="Block(cfg) ")
-        _load(mine, ref.state_dict())
-        mine.eval()
+        mine = _build(block_cls, ref, cfg)
         x = torch.randn(2, 7, cfg.n_embd, generator=torch.Generator().manual_seed(1))
         rope = _rope(cfg, 7)
         with torch.no_grad():
-            want = ref(x, rope)
-            got = _got(mine, x, rope, where="block(x, rope) ")
-            _tensor(got, want.shape)
-            if torch.allclose(got, want, atol=1e-5):
-                continue
-            for name, wrong in _block_variants(ref, x, rope):
-                if torch.allclose(got, wrong, atol=1e-5):
-                    return _fail(hints[name])
-        return _fail(f"{cfg.norm} / {cfg.mlp} 设计下输出与 gc.model.Block 不一致：顺序应为 "
-                     "x = x + attn(norm1(x), rope)，再 x = x + mlp(norm2(x))")
+            want, got = ref(x, rope), _got(mine, x, rope, where="block(x, rope) ")
+            _match(got, want, f"{cfg.norm} / {cfg.mlp} 设计下输出与 gc.model.Block 不一致："
+                   "顺序应为 x = x + attn(norm1(x), rope)，再 x = x + mlp(norm2(x))",
+                   _block_variants, ref, x, rope)
     return _ok()
+
+
+def _gpt_variants(ref: GPT, idx, cfg):
+    """常见写错的 GPT.forward：(logits, 提示)。"""
+    T, x = idx.shape[1], ref.tok_emb(idx)
+
+    def run(x, rope, norm=True):
+        for b in ref.blocks:
+            x = b(x, rope)
+        return ref.lm_head(ref.norm_f(x) if norm else x)
+
+    rope = _rope(cfg, T)
+    if cfg.pos == "learned":
+        out = [(run(x, None),
+                "学习式位置的设计里忘了加位置嵌入：x = tok_emb(idx) + pos_emb(arange(T))")]
+        x = x + ref.pos_emb(torch.arange(T))
+    else:
+        no_turn = (torch.ones_like(rope[0]), torch.zeros_like(rope[1]))          # 转 0 度
+        out = [(run(x, no_turn),
+                "RoPE 的设计里没有把角度表传给各块（rope=None）：模型就没有位置信息了"),
+               (run(x, _tables(cfg.head_dim, T, 1000.0)),
+                f"RoPE 的底数不对：应是 config.rope_base = {cfg.rope_base:g}，你用的像是 1000")]
+    return out + [(run(x, rope, norm=False),
+                   "少了最终归一化：Pre-Norm 的残差流从不被归一化，输出头之前要 norm_f(x)")]
 
 
 @exercise
@@ -197,63 +220,25 @@ def gpt_model(gpt_cls) -> bool:
         with torch.no_grad():                   # N(0, 0.02) 的 q、k 让分数 ≈ 0，注意力几乎均匀，
             for blk in ref.blocks:              # 位置（RoPE 的角度）就看不出来：放大到 σ ≈ 0.3
                 blk.attn.qkv.weight.mul_(15.0)
-        mine = _got(gpt_cls, cfg, where="GPT(cfg) ")
-        _load(mine, ref.state_dict())
-        mine.eval()
+        mine = _build(gpt_cls, ref, cfg)
         if getattr(mine, "lm_head", None) is None or mine.lm_head.weight is not mine.tok_emb.weight:
             return _fail("输出头没有与词嵌入共享：应写 self.lm_head.weight = self.tok_emb.weight"
                          "（同一个张量，而不只是数值相等）")
         idx = torch.randint(cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
         with torch.no_grad():
-            want = ref(idx)[0]
-            got = _got(mine, idx, where="model(idx) ")
-            _tensor(got, want.shape)
-            if torch.allclose(got, want, atol=1e-4):
-                continue
-            x = ref.tok_emb(idx)
-            if cfg.pos == "learned":
-                nopos = x
-                for b in ref.blocks:
-                    nopos = b(nopos)
-                if torch.allclose(got, ref.lm_head(ref.norm_f(nopos)), atol=1e-4):
-                    return _fail("学习式位置的设计里忘了加位置嵌入："
-                                 "x = tok_emb(idx) + pos_emb(arange(T))")
-            rope = _rope(cfg, idx.shape[1])
-            if cfg.pos == "rope":
-                y, no_turn = x, (torch.ones_like(rope[0]), torch.zeros_like(rope[1]))   # 转 0 度
-                for b in ref.blocks:
-                    y = b(y, no_turn)
-                if torch.allclose(got, ref.lm_head(ref.norm_f(y)), atol=1e-4):
-                    return _fail("RoPE 的设计里没有把角度表传给各块（rope=None）："
-                                 "模型就没有位置信息了")
-                y, base_1000 = x, _tables(cfg.head_dim, idx.shape[1], 1000.0)
-                for b in ref.blocks:
-                    y = b(y, base_1000)
-                if torch.allclose(got, ref.lm_head(ref.norm_f(y)), atol=1e-4):
-                    return _fail(f"RoPE 的底数不对：应是 config.rope_base = {cfg.rope_base:g}，"
-                                 "你用的像是 1000")
-            if cfg.pos == "learned":
-                x = x + ref.pos_emb(torch.arange(idx.shape[1]))
-            for b in ref.blocks:
-                x = b(x, rope)
-            if torch.allclose(got, ref.lm_head(x), atol=1e-4):
-                return _fail("少了最终归一化：Pre-Norm 的残差流从不被归一化，"
-                             "输出头之前要 norm_f(x)")
-        return _fail(f"{cfg.pos} / {cfg.norm} 设计下 logits 与 gc.model.GPT 不一致：检查嵌入、"
-                     "位置（学习式相加 / RoPE 传进每个块）、各块、最终归一化、输出头")
+            want, got = ref(idx)[0], _got(mine, idx, where="model(idx) ")
+            _match(got, want, f"{cfg.pos} / {cfg.norm} 设计下 logits 与 gc.model.GPT 不一致："
+                   "检查嵌入、位置（学习式相加 / RoPE 传进每个块）、各块、最终归一化、输出头",
+                   _gpt_variants, ref, idx, cfg, atol=1e-4)
     return _ok()
 
 
 @exercise
 def leaky_model(make_leaky, model) -> bool:
-    """练习：``make_leaky(model)`` 返回一个会偷看未来的模型；泄漏测试必须抓住它。
-
-    检查器把你的模型复制一份交给 ``make_leaky``，所以原来的模型不受影响。
-    """
+    """练习：``make_leaky(model)``（拿到模型的一份副本）返回一个会偷看未来的模型。"""
     if not isinstance(model, torch.nn.Module):
         return _fail(f"第二个参数应是你的模型（nn.Module），收到 {type(model).__name__}")
-    original = leak_test(model)
-    if original[0] != 0.0:
+    if leak_test(model)[0] != 0.0:
         return _fail("传进来的模型本身就泄漏了：请传入一个通过泄漏测试的模型（如 mine）")
     leaky = _got(make_leaky, copy.deepcopy(model).eval())
     if not isinstance(leaky, torch.nn.Module):
@@ -301,11 +286,9 @@ def param_count(n, cfg=EXERCISE_CONFIG) -> bool:
          f"SwiGLU 的隐藏层不是 4C：是 8C/3 向上取整到 64 的倍数 = {Hd}"),
         (truth - L * C * Hd, "SwiGLU 有三个矩阵（gate、up、down），你只数了两个"),
         (truth + L * (3 * C + C + 2 * Hd + C), "teacher 设计的线性层没有偏置"),
-    ]
-    for frac in (math.floor(exact), math.ceil(exact)):
-        if frac != Hd:
-            wrong.append((truth + L * 3 * C * (frac - Hd),
-                          f"隐藏层 8C/3 ≈ {exact:.1f} 要向上取整到 64 的倍数：{Hd}，不是 {frac}"))
+    ] + [(truth + L * 3 * C * (frac - Hd),
+          f"隐藏层 8C/3 ≈ {exact:.1f} 要向上取整到 64 的倍数：{Hd}，不是 {frac}")
+         for frac in (math.floor(exact), math.ceil(exact)) if frac != Hd]
     for value, hint in wrong:
         if n == value:
             return _fail(hint)
@@ -314,5 +297,3 @@ def param_count(n, cfg=EXERCISE_CONFIG) -> bool:
     side = "多" if n > truth else "少"
     return _fail(f"你的答案比正确值{side}。逐项检查：词嵌入 V·C；每块 qkv 3C·C、输出投影 C·C、"
                  "SwiGLU 3·C·隐藏、两个 RMSNorm；最终 RMSNorm；RoPE 没有位置表；输出头共享不另算")
-
-

@@ -1,9 +1,4 @@
-"""笔记本 02 里装进模型的零件：向量化的 RoPE ``rotate``、``RMSNorm.forward``、``MLP.forward``、
-``CausalSelfAttention.forward``。
-
-每个检查器把 ``gc.model`` / ``gc.rope`` 的版本当作标准答案（类则装上同一份权重再比较输出），
-并认得几种典型的写错方式。
-"""
+"""笔记本 02 里装进模型的零件（RoPE ``rotate``、RMSNorm、MLP、注意力模块）：参考是包里的版本。"""
 from __future__ import annotations
 
 import math
@@ -13,8 +8,8 @@ import torch.nn.functional as F
 
 from ..model import MLP, CausalSelfAttention, RMSNorm
 from ..rope import apply_rope, apply_rope_interleaved
-from ._common import Wrong, _call, _fail, _got, _ok, exercise
-from .nb02_model import _CFGS, _load, _rope, _tables, _tensor
+from ._common import _call, _fail, _got, _ok, exercise
+from .nb02_model import _CFGS, _build, _match, _rope, _tables, _tensor
 
 
 # ---------------------------------------------------------------- 学生版的代替品（包里没有的）
@@ -24,10 +19,6 @@ def solution_rope_pair(x1, x2, cos, sin):
 
 
 # ---------------------------------------------------------------- 小工具
-def _close(a, b, atol=1e-5) -> bool:
-    return isinstance(a, torch.Tensor) and a.shape == b.shape and torch.allclose(a, b, atol=atol)
-
-
 def _seeded(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     """给模块的每个参数换上互不相同的随机值（初始化的 γ = 1、β = 0 会掩盖错误）。"""
     g = torch.Generator().manual_seed(seed)
@@ -37,41 +28,44 @@ def _seeded(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     return module.eval()
 
 
-def _build(cls, ref: torch.nn.Module, *args) -> torch.nn.Module:
-    """学员的类 → 实例，装上 ref 的权重（eval 模式）；出错时判“还不对”。"""
-    mine = _got(cls, *args, where=f"{getattr(cls, '__name__', '这个类')}(…) ")
-    if not isinstance(mine, torch.nn.Module):
-        raise Wrong(f"应是一个 nn.Module，收到 {type(mine).__name__}")
-    _load(mine, ref.state_dict())
-    return mine.eval()
-
-
 # ---------------------------------------------------------------- 检查器
+def _rotate_variants(x, cos, sin):
+    h = apply_rope(x, cos, sin)
+    return [(x, "输出与输入相同：没有旋转。前一半维度是 x1、后一半是 x2，"
+                "用 rope_pair 转完再拼回去"),
+            (apply_rope_interleaved(x, cos, sin),
+             "这是 interleaved 配对（第 2i 与 2i+1 维）：课程模型用 rotate-half，"
+             "第 i 维与第 i + D/2 维是一对，x1, x2 = x.chunk(2, dim=-1)"),
+            (apply_rope(x, cos, -sin),
+             "旋转方向反了（转了 −m·θ）：y1 = x1·cos − x2·sin，y2 = x1·sin + x2·cos"),
+            (torch.cat([h[..., 4:], h[..., :4]], dim=-1),
+             "拼接的顺序反了：应是 torch.cat([y1, y2], dim=-1)")]
+
+
 @exercise
 def rope_rotate(fn) -> bool:
     """练习：``rotate(x, cos, sin)`` 用 rotate-half 配对，一次转完 x [B,H,T,D] 的所有维度对。"""
-    g = torch.Generator().manual_seed(6)
-    x = torch.randn(2, 3, 7, 8, generator=g)
+    x = torch.randn(2, 3, 7, 8, generator=torch.Generator().manual_seed(6))
     cos, sin = _tables(8, 7)
     out = _got(fn, x, cos, sin)
     _tensor(out, x.shape)
-    if _close(out, apply_rope(x, cos, sin)):
-        return _ok()
-    if _close(out, x):
-        return _fail("输出与输入相同：没有旋转。前一半维度是 x1、后一半是 x2，"
-                     "用 rope_pair 转完再拼回去")
-    if _close(out, apply_rope_interleaved(x, cos, sin)):
-        return _fail("这是 interleaved 配对（第 2i 与 2i+1 维）：课程模型用 rotate-half，"
-                     "第 i 维与第 i + D/2 维是一对，x1, x2 = x.chunk(2, dim=-1)")
-    if _close(out, apply_rope(x, cos, -sin)):
-        return _fail("旋转方向反了（转了 −m·θ）：y1 = x1·cos − x2·sin，y2 = x1·sin + x2·cos")
-    h = apply_rope(x, cos, sin)
-    if _close(out, torch.cat([h[..., 4:], h[..., :4]], dim=-1)):
-        return _fail("拼接的顺序反了：应是 torch.cat([y1, y2], dim=-1)")
-    if not torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-4):
-        return _fail("旋转必须保持每个向量的长度不变：检查 cos、sin 有没有用对地方")
-    return _fail("数值与 gc.rope.apply_rope 不一致：x1, x2 = x.chunk(2, dim=-1)，"
-                 "y1, y2 = rope_pair(x1, x2, cos, sin)，再 cat 回去")
+    _match(out, apply_rope(x, cos, sin),
+           "旋转必须保持每个向量的长度不变：检查 cos、sin 有没有用对地方"
+           if not torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-4) else
+           "数值与 gc.rope.apply_rope 不一致：x1, x2 = x.chunk(2, dim=-1)，"
+           "y1, y2 = rope_pair(x1, x2, cos, sin)，再 cat 回去", _rotate_variants, x, cos, sin)
+    return _ok()
+
+
+def _rms_variants(x, want, w, eps):
+    rms = x.pow(2).mean(-1, keepdim=True)
+    before = "eps 要加在开方**之前**：x / sqrt(mean(x²) + eps)"
+    return [(want / w, "忘了乘可学习的 γ（self.weight）"),
+            (F.layer_norm(x, (16,), eps=eps) * w,
+             "这是 LayerNorm（减了均值）：RMSNorm 不减均值，只除以均方根"),
+            (x / (rms.sqrt() + eps) * w, before), (x / rms.sqrt() * w, before),
+            (x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w,
+             "用的是平方和：RMSNorm 除以的是均方根，mean(x²) 而不是 sum(x²)")]
 
 
 @exercise
@@ -83,58 +77,40 @@ def rmsnorm(cls) -> bool:
         mine = _build(cls, ref, 16, eps)
         x = torch.randn(3, 5, 16, generator=g) * 2 + 0.5
         with torch.no_grad():
-            want = ref(x)
-            got = _got(mine, x, where="norm(x) ")
-        _tensor(got, want.shape)
-        if _close(got, want):
-            continue
-        rms = x.pow(2).mean(-1, keepdim=True)
-        w = ref.weight.detach()
-        if _close(got, want / w):
-            return _fail("忘了乘可学习的 γ（self.weight）")
-        if _close(got, F.layer_norm(x, (16,), eps=eps) * w):
-            return _fail("这是 LayerNorm（减了均值）：RMSNorm 不减均值，只除以均方根")
-        if _close(got, x / (rms.sqrt() + eps) * w) or _close(got, x / rms.sqrt() * w):
-            return _fail("eps 要加在开方**之前**：x / sqrt(mean(x²) + eps)")
-        if _close(got, x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w):
-            return _fail("用的是平方和：RMSNorm 除以的是均方根，mean(x²) 而不是 sum(x²)")
-        return _fail(f"eps = {eps} 时数值与 gc.model.RMSNorm 不一致：x / sqrt(mean(x²) + eps) · γ，"
-                     "均值沿最后一维，keepdim=True")
+            want, got = ref(x), _got(mine, x, where="norm(x) ")
+        _match(got, want, f"eps = {eps} 时数值与 gc.model.RMSNorm 不一致："
+               "x / sqrt(mean(x²) + eps) · γ，均值沿最后一维，keepdim=True",
+               _rms_variants, x, want, ref.weight.detach(), eps)
     return _ok()
+
+
+def _mlp_variants(ref: MLP, x, swiglu: bool):
+    if swiglu:
+        gate, up, down = ref.gate(x), ref.up(x), ref.down
+        return [(down(gate * F.silu(up)),
+                 "silu 套在了 up 上：门是 silu(gate(x))，down(silu(gate(x)) ⊙ up(x))"),
+                (down(gate * up), "少了 silu：门要先过激活函数，silu(gate(x))"),
+                (down(F.silu(gate)), "少了 up 那一路：SwiGLU 是 silu(gate(x)) ⊙ up(x)"),
+                (down(F.gelu(gate) * up),
+                 "激活函数用的是 GELU：SwiGLU 用 silu（= x·sigmoid(x)）")]
+    h = ref.fc(x)
+    return [(ref.proj(F.relu(h)), "用的是 ReLU：mini 设计用 GELU"),
+            (ref.proj(h), "少了激活函数：proj(gelu(fc(x)))"),
+            (ref.proj(F.gelu(h, approximate="tanh")),
+             "用的是 GELU 的 tanh 近似：这个设计用精确的 GELU（self.act 就是它）")]
 
 
 @exercise
 def mlp(cls) -> bool:
-    """练习：你的 ``MLP``（``__init__`` 给定）装上 ``gc.model.MLP`` 的权重后，
-    两种设计输出都相同。"""
+    """练习：你的 ``MLP``（``__init__`` 给定）装上 ``gc.model.MLP`` 的权重后，两种设计都相同。"""
     for cfg in _CFGS:
         ref = _seeded(MLP(cfg), 9)
         mine = _build(cls, ref, cfg)
         x = torch.randn(2, 5, cfg.n_embd, generator=torch.Generator().manual_seed(10))
         with torch.no_grad():
-            want = ref(x)
-            got = _got(mine, x, where="mlp(x) ")
-            _tensor(got, want.shape)
-            if _close(got, want):
-                continue
-            if cfg.mlp == "swiglu":
-                gate, up, down = ref.gate(x), ref.up(x), ref.down
-                wrong = [(down(gate * F.silu(up)), "silu 套在了 up 上：门是 silu(gate(x))，"
-                          "down(silu(gate(x)) ⊙ up(x))"),
-                         (down(gate * up), "少了 silu：门要先过激活函数，silu(gate(x))"),
-                         (down(F.silu(gate)), "少了 up 那一路：SwiGLU 是 silu(gate(x)) ⊙ up(x)"),
-                         (down(F.gelu(gate) * up),
-                          "激活函数用的是 GELU：SwiGLU 用 silu（= x·sigmoid(x)）")]
-            else:
-                h = ref.fc(x)
-                wrong = [(ref.proj(F.relu(h)), "用的是 ReLU：mini 设计用 GELU"),
-                         (ref.proj(h), "少了激活函数：proj(gelu(fc(x)))"),
-                         (ref.proj(F.gelu(h, approximate="tanh")),
-                          "用的是 GELU 的 tanh 近似：这个设计用精确的 GELU（self.act 就是它）")]
-            for value, hint in wrong:
-                if _close(got, value):
-                    return _fail(hint)
-        return _fail(f"{cfg.mlp} 设计下输出与 gc.model.MLP 不一致")
+            want, got = ref(x), _got(mine, x, where="mlp(x) ")
+            _match(got, want, f"{cfg.mlp} 设计下输出与 gc.model.MLP 不一致",
+                   _mlp_variants, ref, x, cfg.mlp == "swiglu")
     return _ok()
 
 
@@ -158,18 +134,16 @@ def _attention_variants(ref: CausalSelfAttention, x, rope):
                 (finish(qr, k, v), "只转了 Q：K 也要转，点积才只取决于相对位置")]
     else:
         qr, kr = q, k
-    out += [(finish(qr, kr, v, proj=False), "少了输出投影：合并各头之后还要过 self.proj"),
-            (finish(qr, kr, v, mask=torch.ones(T, T, dtype=torch.bool)),
-             "没有因果掩码：把 self.mask[:T, :T] 传给 attention"),
-            (finish(qr, kr, v, scale=1 / math.sqrt(C)),
-             "除以的是 √C：attention 里除以 √D（head_dim）")]
-    return out
+    return out + [(finish(qr, kr, v, proj=False), "少了输出投影：合并各头之后还要过 self.proj"),
+                  (finish(qr, kr, v, mask=torch.ones(T, T, dtype=torch.bool)),
+                   "没有因果掩码：把 self.mask[:T, :T] 传给 attention"),
+                  (finish(qr, kr, v, scale=1 / math.sqrt(C)),
+                   "除以的是 √C：attention 里除以 √D（head_dim）")]
 
 
 @exercise
 def attention_module(cls) -> bool:
-    """练习：你的 ``CausalSelfAttention``（``__init__`` 给定）装上 ``gc.model`` 的权重后输出相同。
-
+    """练习：你的 ``CausalSelfAttention``（``__init__`` 给定）装上包里的权重后输出相同；
     ``forward`` 应调用你写的 ``split_heads``、``rotate``、``attention``、``merge_heads``。"""
     for cfg in _CFGS:
         ref = _seeded(CausalSelfAttention(cfg), 11)
@@ -178,19 +152,13 @@ def attention_module(cls) -> bool:
         x = torch.randn(2, T, cfg.n_embd, generator=torch.Generator().manual_seed(12))
         rope = _rope(cfg, T)
         with torch.no_grad():
-            want = ref(x, rope)
-            got, err = _call(mine, x, rope)
+            want, (got, err) = ref(x, rope), _call(mine, x, rope)
             if err:
                 hint = ("（提示：掩码 buffer 是 [block_size, block_size]，"
                         "要切成 self.mask[:T, :T]）") if "size" in err else ""
                 return _fail(f"attn(x, rope) {err}{hint}")
-            _tensor(got, want.shape)
-            if _close(got, want):
-                continue
-            for value, hint in _attention_variants(ref, x, rope):
-                if _close(got, value):
-                    return _fail(hint)
-        return _fail(f"{cfg.pos} 设计下输出与 gc.model.CausalSelfAttention 不一致："
-                     "qkv → split_heads →（RoPE 时 rotate Q、K）→ "
-                     "attention(q, k, v, self.mask[:T, :T]) → merge_heads → proj")
+            _match(got, want, f"{cfg.pos} 设计下输出与 gc.model.CausalSelfAttention 不一致："
+                   "qkv → split_heads →（RoPE 时 rotate Q、K）→ "
+                   "attention(q, k, v, self.mask[:T, :T]) → merge_heads → proj",
+                   _attention_variants, ref, x, rope)
     return _ok()
