@@ -8,13 +8,10 @@ from dataclasses import replace
 
 import torch
 
+from .. import train as gc_train
 from ..config import preset
 from ..data import get_batch
 from ..model import GPT
-from ..train import TrainConfig, batch_generator, lr_at, train
-from ..train import estimate_loss as package_estimate
-from ..train import param_groups as package_groups
-from ..train import train_step as package_step
 from ._common import _call, _fail, _got, _ok, exercise
 from .nb03_loss import _batch, _ids, _tiny_model
 
@@ -33,15 +30,11 @@ def _differs(a: torch.nn.Module, b: torch.nn.Module, rtol=1e-5, atol=1e-7) -> st
                  if not torch.allclose(p, q, rtol=rtol, atol=atol)), None)
 
 
-def _watched(fn, model, *args):
-    """``_call(fn, model, *args)``，另记下每次前向时的 (model.training, 是否记录梯度)。"""
+def _watch(model) -> list[tuple[bool, bool]]:
+    """记下 model 之后每次前向时的 (model.training, 是否记录梯度)（检查用的模型用完就扔）。"""
     seen: list[tuple[bool, bool]] = []
-    hook = model.register_forward_pre_hook(
-        lambda m, a: seen.append((m.training, torch.is_grad_enabled())))
-    try:
-        return _call(fn, model, *args), seen
-    finally:
-        hook.remove()
+    model.register_forward_pre_hook(lambda m, a: seen.append((m.training, torch.is_grad_enabled())))
+    return seen
 
 
 @exercise
@@ -62,19 +55,13 @@ def param_groups(fn) -> bool:
             return _fail(f"两组的 weight_decay 应是 (0.1, 0.0)，收到 {wd}")
         if sum(len(g["params"]) for g in (decay, no_decay)) != len(got_sets[0] | got_sets[1]):
             return _fail("有参数出现了不止一次（共享的词嵌入/输出头只能放一次）")
-        want_sets = [{id(p) for p in g["params"]} for g in package_groups(model, 0.1)]
+        want_sets = [{id(p) for p in g["params"]} for g in gc_train.param_groups(model, 0.1)]
         for got_s, want_s, what in zip(got_sets, want_sets, ("衰减组", "不衰减组")):
             if got_s != want_s:
                 extra = sorted(names.get(i, "?") for i in got_s - want_s)[:3]
                 miss = sorted(names[i] for i in want_s - got_s)[:3]
                 return _fail(f"{what}不对：多了 {extra}，少了 {miss}（按 p.dim() ≥ 2 分组）")
     return _ok()
-
-
-_LR_HINTS = {"预热阶段": "预热是 max_lr·(step+1)/(warmup+1)：第 0 步就要有一点学习率",
-             "地板": "step ≥ total 之后停在 max_lr·min_lr_ratio",
-             "余弦阶段": "进度 r = (step−warmup)/(total−warmup)，"
-                         "lr = min_lr + ½(1+cos πr)(max_lr−min_lr)"}
 
 
 @exercise
@@ -84,12 +71,16 @@ def lr_schedule(fn) -> bool:
                                          (1.0, 5, 6, 0.5)):
         for step in range(total + 5):
             got = _got(fn, step, max_lr, warmup, total, ratio)
-            want = lr_at(step, max_lr, warmup, total, ratio)
+            want = gc_train.lr_at(step, max_lr, warmup, total, ratio)
             if not _close(got, want, 1e-6, 1e-12):
                 where = "预热阶段" if step < warmup else ("地板" if step >= total else "余弦阶段")
+                hint = {"预热阶段": "预热是 max_lr·(step+1)/(warmup+1)：第 0 步就要有一点学习率",
+                        "地板": "step ≥ total 之后停在 max_lr·min_lr_ratio",
+                        "余弦阶段": "进度 r = (step−warmup)/(total−warmup)，"
+                                    "lr = min_lr + ½(1+cos πr)(max_lr−min_lr)"}[where]
                 return _fail(f"step={step}（{where}），max_lr={max_lr}, warmup={warmup}, "
                              f"total={total}, min_lr_ratio={ratio}：你的结果 {got!r}，"
-                             f"期望 {want:.6g}。{_LR_HINTS[where]}")
+                             f"期望 {want:.6g}。{hint}")
     return _ok()
 
 
@@ -101,7 +92,7 @@ def train_step(fn) -> bool:
     for i in range(3):                                                 # 连走三步：忘了清梯度会暴露
         x, y = _batch(i)
         before = copy.deepcopy(mine)
-        want = package_step(ref, opt_ref, [(x, y)], 0.05)[0]          # 很小的阈值：一定会裁剪
+        want = gc_train.train_step(ref, opt_ref, [(x, y)], 0.05)[0]   # 很小的阈值：一定会裁剪
         got = _got(fn, mine, opt_mine, x, y, 0.05)
         if not _close(got, want, 1e-5, 0.0):
             return _fail(f"第 {i + 1} 步返回的损失是 {got!r}，应是 {want:.6f}（返回 loss.item()）")
@@ -113,7 +104,8 @@ def train_step(fn) -> bool:
                          "（刚算出的梯度被清掉了），或者忘了 optimizer.step()？")
         if i == 0:                                                     # 第一步就不同：裁剪的问题
             unclipped = _tiny_model()                                  # grad_clip=0：不裁剪的一步
-            package_step(unclipped, torch.optim.AdamW(unclipped.parameters(), lr=1e-2), [(x, y)], 0)
+            opt = torch.optim.AdamW(unclipped.parameters(), lr=1e-2)
+            gc_train.train_step(unclipped, opt, [(x, y)], 0)
             if _differs(mine, unclipped) is None:
                 return _fail("第 1 步的更新没有被裁剪：backward 之后、step 之前调用 "
                              "torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)")
@@ -139,17 +131,14 @@ def accumulate_grads(fn) -> bool:
                 return _fail(f"{name} 没有梯度：每个微批次都要 backward()")
             if not torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6):
                 ratio = (p.grad.norm() / q.grad.norm()).item()
-                only_last = _tiny_model()
-                (only_last(*micro[-1])[1] / n).backward()
-                last_grad = dict(only_last.named_parameters())[name].grad
-                if abs(ratio - n) < 0.05:
-                    hint = f"大约是大批次的 {ratio:.2f} 倍——每个微批次的损失要除以 {n}"
-                elif torch.allclose(p.grad, last_grad, rtol=1e-4, atol=1e-6):
-                    hint = ("只剩最后一个微批次的：中途不要清梯度，"
-                            "让 backward 把各微批次的梯度累加起来")
-                else:
-                    hint = "与大批次不同"
-                return _fail(f"{n} 个微批次：{name} 的梯度{hint}")
+                last = _tiny_model()                                   # 只算最后一个微批次
+                (last(*micro[-1])[1] / n).backward()
+                only_last = torch.allclose(p.grad, dict(last.named_parameters())[name].grad,
+                                           rtol=1e-4, atol=1e-6)
+                return _fail(f"{n} 个微批次：{name} 的梯度" + (
+                    f"大约是大批次的 {ratio:.2f} 倍——每个微批次的损失要除以 {n}"
+                    if abs(ratio - n) < 0.05 else "只剩最后一个微批次的：中途不要清梯度，"
+                    "让 backward 把各微批次的梯度累加起来" if only_last else "与大批次不同"))
     return _ok()
 
 
@@ -160,7 +149,8 @@ def estimate_loss(fn) -> bool:
     for start_training in (True, False):
         model = _tiny_model(dropout=0.3, attn_dropout=0.3, resid_dropout=0.3)
         model.train(start_training)
-        (got, err), seen = _watched(fn, model, splits, 4, 8, 3, 7)
+        seen = _watch(model)
+        got, err = _call(fn, model, splits, 4, 8, 3, 7)
         if err:
             return _fail(err)
         if any(training for training, _ in seen):
@@ -172,7 +162,7 @@ def estimate_loss(fn) -> bool:
             return _fail("评估完要恢复**原来的**模式（先记下 was_training = model.training，"
                          f"最后 model.train(was_training)）；这次进来时 training={start_training}，"
                          f"出去时却是 {model.training}")
-        want = package_estimate(model, splits, 4, 8, 3, 7)
+        want = gc_train.estimate_loss(model, splits, 4, 8, 3, 7)
         if not isinstance(got, dict) or set(got) != set(want):
             return _fail(f"应返回 {{划分名: 平均损失}}，键是 {sorted(want)}；收到 {got!r}")
         for name in want:
@@ -199,16 +189,16 @@ _AS_CFG = {"constant_lr": {"warmup_steps": 0, "min_lr_ratio": 1.0}, "no_clip": {
 def _mistake_loop(model, data, val, cfg, mistake):
     """参考循环，故意带上一个典型错误（``_MISTAKES``），只用来给出准确的提示。返回每步损失。"""
     cfg = replace(cfg, **_AS_CFG.get(mistake, {}))
-    groups = model.parameters() if mistake == "all_decayed" else package_groups(model,
-                                                                                cfg.weight_decay)
-    opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
+    opt = torch.optim.AdamW(model.parameters() if mistake == "all_decayed" else
+                            gc_train.param_groups(model, cfg.weight_decay),
+                            lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     losses = []
     for step in range(cfg.max_steps):
         for group in opt.param_groups:
-            group["lr"] = lr_at(step + (mistake == "lr_off_by_one"), cfg.lr, cfg.warmup_steps,
-                                cfg.max_steps, cfg.min_lr_ratio)
+            group["lr"] = gc_train.lr_at(step + (mistake == "lr_off_by_one"), cfg.lr,
+                                         cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
         x, y = get_batch(data, cfg.batch_size, model.config.block_size,
-                         generator=batch_generator(cfg.seed, step))
+                         generator=gc_train.batch_generator(cfg.seed, step))
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -255,12 +245,13 @@ def _mode_hint(seen: list[tuple[bool, bool]], n_steps: int) -> str | None:
 def training_loop(fn) -> bool:
     """练习：``fn(model, train_data, val_data, cfg) -> (每步损失, 评估记录)``，同 train()。"""
     data, val = _ids(11, 400), _ids(12, 200)
-    cfg = TrainConfig(**_LOOP_CFG)
+    cfg = gc_train.TrainConfig(**_LOOP_CFG)
     ref = _tiny_model(seed=5, **_LOOP_DROPOUT)
-    hist = train(ref, data, val, cfg)
+    hist = gc_train.train(ref, data, val, cfg)
     want_losses = [r["loss"] for r in hist.steps]
     mine = _tiny_model(seed=5, **_LOOP_DROPOUT)                # 同样的权重、同样的随机数状态
-    (got, err), seen = _watched(fn, mine, data, val, cfg)
+    seen = _watch(mine)
+    got, err = _call(fn, mine, data, val, cfg)
     hint = err or _mode_hint(seen, cfg.max_steps)
     if hint:
         return _fail(hint)
@@ -308,10 +299,8 @@ def training_loop(fn) -> bool:
 
 
 def compare_loops(my_losses, my_evals, my_model, pkg_hist, pkg_model) -> bool:
-    """第 10 节的证明：你的循环与 ``gc.train.train`` 逐步比较（损失、评估、最后的权重）。
-
-    全部一致就打印一句话并返回 True；否则说出**第一处**不同在哪一步、最可能的原因
-    （dropout 的随机数、train / eval 模式、学习率日程、权重衰减……），返回 False，不抛异常。"""
+    """第 10 节的证明：你的循环与 ``gc.train.train`` 逐步比较（损失、评估、最后的权重）。全部一致
+    就打印一句话、返回 True；否则说出**第一处**不同在哪一步、最可能的原因，返回 False，不抛异常。"""
     pkg_losses = [r["loss"] for r in pkg_hist.steps]
     eval_steps = [e["step"] for e in pkg_hist.evals]
     if len(my_losses) != len(pkg_losses):

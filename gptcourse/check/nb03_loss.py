@@ -105,11 +105,10 @@ def perplexity(fn) -> bool:
         except (TypeError, ValueError):
             return _fail(f"应返回一个数，收到 {got!r}")
         if not math.isclose(got, math.exp(loss), rel_tol=1e-6):
-            hint = ""
-            if loss and math.isclose(got, 2 ** loss, rel_tol=1e-6):
-                hint = "——你用了 2 为底；损失的单位是 nats（自然对数），要用 e 为底"
-            elif math.isclose(got, math.log(loss) if loss > 0 else -1, rel_tol=1e-6):
-                hint = "——困惑度是 e 的损失次方，不是损失的对数"
+            hint = ("——你用了 2 为底；损失的单位是 nats（自然对数），要用 e 为底"
+                    if loss and math.isclose(got, 2 ** loss, rel_tol=1e-6) else
+                    "——困惑度是 e 的损失次方，不是损失的对数"
+                    if math.isclose(got, math.log(loss) if loss > 0 else -1, rel_tol=1e-6) else "")
             return _fail(f"损失 {loss:.4f} 时你的结果是 {got!r}，"
                          f"应是 e^损失 = {math.exp(loss):.4f}{hint}")
     return _ok()
