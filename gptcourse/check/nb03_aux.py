@@ -167,11 +167,6 @@ def title_targets(fn) -> bool:
                  "正文的每个字都要算损失")
 
 
-_TITLED_CFG = dict(batch_size=4, lr=1e-2, warmup_steps=2, max_steps=5, weight_decay=0.05,
-                   min_lr_ratio=0.3, eval_interval=100, eval_batches=1, bf16=False,
-                   progress=False, seed=3)
-
-
 def _package_run(cfg, ids, y):
     """包的训练循环（``gc.train.train``）在检查用的小模型上的每步损失与训练后的模型。"""
     model = _tiny_model(seed=1, **_LOOP_DROPOUT)
@@ -183,7 +178,9 @@ def _package_run(cfg, ids, y):
 @exercise
 def titled_step(fn) -> bool:
     """练习：``fn(model, optimizer, ids, targets, cfg, step) -> 损失``，做包里的第 step 步。"""
-    cfg = TrainConfig(**_TITLED_CFG)
+    cfg = TrainConfig(batch_size=4, lr=1e-2, warmup_steps=2, max_steps=5, weight_decay=0.05,
+                      min_lr_ratio=0.3, eval_interval=100, eval_batches=1, bf16=False,
+                      progress=False, seed=3)
     ids = _ids(7, n=200)
     y = ids.clone()
     y[(torch.arange(len(ids)) % 10) < 4] = -1                          # 每 10 个位置里 4 个是“题目”
