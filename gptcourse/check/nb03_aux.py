@@ -89,7 +89,7 @@ def rhyme_targets(fn) -> bool:
 
 @exercise
 def aux_loss(fn) -> bool:
-    """练习：``fn(head, hidden [B, T, C], targets [B, T]) -> 标量``：−1 不算，全是 −1 时是 0。"""
+    """练习：``fn(head, hidden [B, T, C], targets [B, T]) -> 标量``，只在要考的位置上平均。"""
     g = torch.Generator().manual_seed(0)
     head = torch.nn.Linear(8, 5)
     with torch.no_grad():
