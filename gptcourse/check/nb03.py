@@ -1,14 +1,12 @@
-"""笔记本 03（训练循环）的练习检查器：参考是包（``gc.train``）。``predict_*`` 在实验之后检查：
-把你的猜测和实验量出来的数一起交给检查器。练习分在 ``nb03_loss``、``nb03_loop``、``nb03_aux``、
-``nb03_title`` 里，都从这里取。
-"""
+"""笔记本 03（训练循环）的练习检查器，参考是包（``gc.train``）；练习分在 ``nb03_*`` 里，都从这里取。
+``predict_*`` 在实验之后检查：把你的猜测和实验量出来的数一起交给检查器。"""
 from __future__ import annotations
 
 import copy
 import math
 
 from ._common import _fail, _got, _ok, choice, exercise, register, results
-from .nb03_aux import aux_loss, rhyme_targets  # noqa: F401
+from .nb03_aux import aux_loss, rhyme_targets, title_targets, titled_step  # noqa: F401
 from .nb03_loop import (  # noqa: F401
     accumulate_grads,
     compare_loops,
@@ -19,7 +17,6 @@ from .nb03_loop import (  # noqa: F401
     training_loop,
 )
 from .nb03_loss import cross_entropy, perplexity  # noqa: F401
-from .nb03_title import title_targets, titled_step  # noqa: F401
 
 EXERCISES = ("cross_entropy", "perplexity", "param_groups", "lr_schedule", "train_step",
              "accumulate_grads", "estimate_loss", "training_loop", "rhyme_targets", "aux_loss",
@@ -30,7 +27,6 @@ PREDICTIONS = tuple(n for n in EXERCISES if n.startswith("predict_"))
 __all__ = list(EXERCISES)
 
 
-# ---------------------------------------------------------------- 学生版的代替品（包里没有的）
 def solution_early_stopping(evals: list[dict], patience: int) -> tuple[int, int]:
     """(最好的一步, 停下的一步)：验证损失连续 patience 次评估没有创新低（严格更低）就停。"""
     best_val, best_step, waited = float("inf"), None, 0
@@ -44,12 +40,11 @@ def solution_early_stopping(evals: list[dict], patience: int) -> tuple[int, int]
     return best_step, evals[-1]["step"]
 
 
-register("nb03", {"early_stopping": solution_early_stopping})
+register("nb03", {"early_stopping": solution_early_stopping})   # 学生版的代替品（包里没有）
 
 
-# ---------------------------------------------------------------- 早停
 def _early_stopping_hint(evals: list[dict], patience: int, got: tuple[int, int]) -> str:
-    """把错误的答案和几种典型错误的结果对一对，说出是哪一种。"""
+    """错误的答案等于哪一种典型错误的结果，就说出是哪一种。"""
     best, stop = solution_early_stopping(evals, patience)
     steps = [e["step"] for e in evals]
     ties = [dict(e, val=e["val"] - 1e-9 * i) for i, e in enumerate(evals)]    # 持平也算进步
@@ -68,16 +63,14 @@ def _early_stopping_hint(evals: list[dict], patience: int, got: tuple[int, int])
 @exercise
 def early_stopping(fn) -> bool:
     """练习：``fn(evals, patience) -> (最好的一步, 停下的一步)``。"""
-    def ev(vals, every=25):
-        return [{"step": every * (i + 1), "val": v} for i, v in enumerate(vals)]
-
-    cases = [(ev([6.0, 5.5, 5.2, 5.3, 5.4, 5.6]), 2, "先降后升"),
-             (ev([6.0, 5.5, 5.2, 5.1]), 2, "一直在下降，从没停"),
-             (ev([6.0, 5.5, 5.5, 5.5, 5.4]), 2, "持平不算创新低"),
-             (ev([6.0, 5.2, 5.3, 5.1, 5.4, 5.5, 5.6]), 2, "中途回升后又创新低：耐心要重新计"),
-             (ev([6.0, 5.2, 5.3, 5.4, 4.0]), 2, "停下以后的评估不能再看"),
-             (ev([5.0, 5.1, 5.2]), 1, "patience = 1")]
-    for evals, patience, what in cases:
+    for vals, patience, what in (([6.0, 5.5, 5.2, 5.3, 5.4, 5.6], 2, "先降后升"),
+                                 ([6.0, 5.5, 5.2, 5.1], 2, "一直在下降，从没停"),
+                                 ([6.0, 5.5, 5.5, 5.5, 5.4], 2, "持平不算创新低"),
+                                 ([6.0, 5.2, 5.3, 5.1, 5.4, 5.5, 5.6], 2,
+                                  "中途回升后又创新低：耐心要重新计"),
+                                 ([6.0, 5.2, 5.3, 5.4, 4.0], 2, "停下以后的评估不能再看"),
+                                 ([5.0, 5.1, 5.2], 1, "patience = 1")):
+        evals = [{"step": 25 * (i + 1), "val": v} for i, v in enumerate(vals)]
         got = _got(fn, copy.deepcopy(evals), patience)
         want = solution_early_stopping(evals, patience)
         try:
@@ -85,99 +78,70 @@ def early_stopping(fn) -> bool:
         except Exception:  # noqa: BLE001
             return _fail(f"应返回 (best_step, stop_step) 两个步数，收到 {got!r}")
         if got != want:
-            vals = [e["val"] for e in evals]
             return _fail(f"{what}：验证损失 {vals}，patience={patience}；"
                          f"你的结果 {got}，期望 {want}{_early_stopping_hint(evals, patience, got)}")
     return _ok()
 
 
 # ---------------------------------------------------------------- 检查器："先猜一猜"
-INIT_OPTIONS = {"A": "接近 0", "B": "大约 1", "C": "大约 ln V", "D": "大约 V"}
-
-
 @exercise
 def predict_init_loss(guess, measured: float, vocab_size: int) -> bool:
     """先猜：刚初始化的模型在真实诗句上的损失是多少？"""
     values = {"A": 0.0, "B": 1.0, "C": math.log(vocab_size), "D": float(vocab_size)}
-    right = min(values, key=lambda k: abs(values[k] - measured))
-    return choice(guess, right, INIT_OPTIONS,
+    return choice(guess, min(values, key=lambda k: abs(values[k] - measured)),
+                  {"A": "接近 0", "B": "大约 1", "C": "大约 ln V", "D": "大约 V"},
                   why=f"量出来是 {measured:.3f}，ln {vocab_size} = {math.log(vocab_size):.3f}："
                       "logits 几乎全是 0，softmax 接近均匀分布，每个字的概率约 1/V")
-
-
-BF16_OPTIONS = {"A": "比换一个批次的起伏还大", "B": "比起伏小，但不到 10 倍",
-                "C": "比起伏小 10 倍以上"}
-
-
-TITLE_OPTIONS = {"A": "题目上更低", "B": "差不多（相差不到 1 nat/字）",
-                 "C": "题目上高得多（高 1 nat/字以上）"}
 
 
 @exercise
 def predict_title_loss(guess, title_loss: float, body_loss: float) -> bool:
     """先猜：课程检查点在题目（含《》）的位置上的损失，和正文的位置比起来怎样？"""
     d = title_loss - body_loss
-    right = "A" if d <= -1 else ("C" if d >= 1 else "B")
-    return choice(guess, right, TITLE_OPTIONS,
+    return choice(guess, "A" if d <= -1 else ("C" if d >= 1 else "B"),
+                  {"A": "题目上更低", "B": "差不多（相差不到 1 nat/字）",
+                   "C": "题目上高得多（高 1 nat/字以上）"},
                   why=f"题目上 {title_loss:.3f}，正文上 {body_loss:.3f} nats/字，相差 {d:+.2f}")
 
 
 @exercise
 def predict_bf16_gap(guess, gap: float, spread: float) -> bool:
     """先猜：eval 模式下同一批数据，bf16 与 fp32 的损失差，和换批次的起伏比起来有多大？"""
-    right = "A" if gap >= spread else ("B" if gap * 10 >= spread else "C")
-    return choice(guess, right, BF16_OPTIONS,
+    return choice(guess, "A" if gap >= spread else ("B" if gap * 10 >= spread else "C"),
+                  {"A": "比换一个批次的起伏还大", "B": "比起伏小，但不到 10 倍",
+                   "C": "比起伏小 10 倍以上"},
                   why=f"成对的差 {gap:.5f}，换批次的起伏（标准差）{spread:.4f}，"
                       f"相差 {spread / max(gap, 1e-12):.0f} 倍")
 
 
-OVERFIT_OPTIONS = {"A": "一直下降", "B": "先降后升", "C": "几乎不变"}
-_SHORT = "（这次的训练很短——快速模式？——所以按这次量到的判；完整模式的结果见正文）"
-# 快速模式（评分就在快速模式下跑）训练太短，量不出完整模式的现象：这时按完整模式量到的结果判，
-# 否则照着正文答对的学生反而记错
-_QUICK = "（快速模式训练太短，量不出这个现象：按完整模式量到的结果判）"
-
-
 def _judged(seen: str, full_mode: str) -> tuple[str, str]:
-    """(按哪个答案判, 附加说明)：完整模式按这次量到的；快速模式量不出时按完整模式的结果。"""
+    """(按哪个答案判, 附加说明)：按这次量到的判；快速模式（评分就在快速模式下跑）训练太短、
+    量不出完整模式的现象时按完整模式的结果判，否则照着正文答对的学生反而记错。"""
     from ..runtime import is_quick
     if seen != full_mode and is_quick():
-        return full_mode, _QUICK
-    return seen, "" if seen == full_mode else _SHORT
-
-
-def _observed_overfit(vals: list[float]) -> str:
-    low = min(vals)
-    if vals[-1] - low > 0.1:
-        return "B"
-    return "A" if vals[0] - vals[-1] > 0.1 else "C"
+        return full_mode, "（快速模式训练太短，量不出这个现象：按完整模式量到的结果判）"
+    return seen, "" if seen == full_mode else ("（这次的训练很短——快速模式？——所以按这次量到的判；"
+                                               "完整模式的结果见正文）")
 
 
 @exercise
 def predict_overfit(guess, history) -> bool:
-    """先猜：在几百首诗上一直训练下去（不加 dropout），验证损失会怎样？
-
-    对错按这一次实验量到的曲线判（完整模式下是 B，先降后升）；曲线还没显示出来时
-    （快速模式训练太短），按量到的形状判，并说明原因。"""
+    """先猜：在几百首诗上一直训练（不加 dropout），验证损失会怎样？完整模式下是 B（先降后升）。"""
     vals = [e["val"] for e in (history.evals if hasattr(history, "evals") else history["evals"])]
-    seen, note = _judged(_observed_overfit(vals), "B")
-    return choice(guess, seen, OVERFIT_OPTIONS,
+    shape = "B" if vals[-1] - min(vals) > 0.1 else ("A" if vals[0] - vals[-1] > 0.1 else "C")
+    seen, note = _judged(shape, "B")
+    return choice(guess, seen, {"A": "一直下降", "B": "先降后升", "C": "几乎不变"},
                   why=f"验证损失从 {vals[0]:.2f} 降到最低 {min(vals):.2f}，最后是 {vals[-1]:.2f}"
                       + (note or "：模型开始背诵训练集了"))
 
 
-WINDOW_OPTIONS = {"A": "学习式位置仍然更好", "B": "RoPE 反超", "C": "两者差不多（差距小于 0.02）"}
-
-
 @exercise
 def predict_windows(guess, learned: float, rope: float) -> bool:
-    """先猜：窗口不再从诗的开头切（随机窗口）时，学习式位置与 RoPE 谁的验证损失更低？
-
-    对错按这一次量到的两个损失判（完整模式下是 B：RoPE 反超，绝对位置不再是"第几个字"的
-    免费答案）。"""
+    """先猜：随机窗口时，学习式位置与 RoPE 谁的验证损失更低？完整模式下是 B（RoPE 反超）。"""
     seen, note = _judged("C" if abs(learned - rope) < 0.02 else ("A" if learned < rope else "B"),
                          "B")
-    return choice(guess, seen, WINDOW_OPTIONS,
+    return choice(guess, seen, {"A": "学习式位置仍然更好", "B": "RoPE 反超",
+                                "C": "两者差不多（差距小于 0.02）"},
                   why=f"随机窗口下：学习式位置 {learned:.3f}，RoPE {rope:.3f}" + note)
 
 

@@ -1,31 +1,45 @@
 """笔记本 03 的第二组练习：参数分组、学习率日程、一步训练、梯度累积、评估与整个训练循环。
-
-检查器的参考就是包（``gc.train.param_groups`` / ``lr_at`` / ``train_step`` / ``estimate_loss`` /
-``train``），并认得几种典型的写错方式（``_MISTAKES``）。
-"""
+参考就是包（``gc.train``），并认得几种典型的写错方式（``_MISTAKES``）。"""
 from __future__ import annotations
 
 import copy
 import math
+from dataclasses import replace
 
 import torch
 
+from .. import train as gc_train
 from ..config import preset
 from ..data import get_batch
 from ..model import GPT
-from ..train import TrainConfig, batch_generator, lr_at, train
-from ..train import estimate_loss as package_estimate
-from ..train import param_groups as package_groups
-from ..train import train_step as package_step
 from ._common import _call, _fail, _got, _ok, exercise
 from .nb03_loss import _batch, _ids, _tiny_model
 
 
+def _close(a, b: float, rel: float = 1.3e-6, abs_tol: float = 1e-5) -> bool:
+    """a 是与 b 相近的数（默认是 assert_close 的 float32 容差）；a 不是数也算不相近。"""
+    try:
+        return math.isclose(float(a), b, rel_tol=rel, abs_tol=abs_tol)
+    except (TypeError, ValueError):
+        return False
+
+
+def _differs(a: torch.nn.Module, b: torch.nn.Module, rtol=1e-5, atol=1e-7) -> str | None:
+    """a 与 b 第一个不一致的参数的名字；全都一致时是 None。"""
+    return next((n for (n, p), q in zip(a.named_parameters(), b.parameters())
+                 if not torch.allclose(p, q, rtol=rtol, atol=atol)), None)
+
+
+def _watch(model) -> list[tuple[bool, bool]]:
+    """记下 model 之后每次前向时的 (model.training, 是否记录梯度)（检查用的模型用完就扔）。"""
+    seen: list[tuple[bool, bool]] = []
+    model.register_forward_pre_hook(lambda m, a: seen.append((m.training, torch.is_grad_enabled())))
+    return seen
+
+
 @exercise
 def param_groups(fn) -> bool:
-    """练习：``fn(model, weight_decay) -> [衰减组, 不衰减组]``。
-
-    每组是 {"params": [...], "weight_decay": ...}。"""
+    """练习：``fn(model, weight_decay) -> [衰减组, 不衰减组]``，每组 {"params", "weight_decay"}。"""
     for model in (_tiny_model(), GPT(preset("teacher", vocab_size=30, block_size=8, n_layer=2,
                                             n_head=2, n_embd=16))):
         names = {id(p): n for n, p in model.named_parameters()}
@@ -39,9 +53,9 @@ def param_groups(fn) -> bool:
                          "{'params': [...], 'weight_decay': 0.0}]")
         if wd != (0.1, 0.0):
             return _fail(f"两组的 weight_decay 应是 (0.1, 0.0)，收到 {wd}")
-        want_sets = [{id(p) for p in g["params"]} for g in package_groups(model, 0.1)]
         if sum(len(g["params"]) for g in (decay, no_decay)) != len(got_sets[0] | got_sets[1]):
             return _fail("有参数出现了不止一次（共享的词嵌入/输出头只能放一次）")
+        want_sets = [{id(p) for p in g["params"]} for g in gc_train.param_groups(model, 0.1)]
         for got_s, want_s, what in zip(got_sets, want_sets, ("衰减组", "不衰减组")):
             if got_s != want_s:
                 extra = sorted(names.get(i, "?") for i in got_s - want_s)[:3]
@@ -57,12 +71,8 @@ def lr_schedule(fn) -> bool:
                                          (1.0, 5, 6, 0.5)):
         for step in range(total + 5):
             got = _got(fn, step, max_lr, warmup, total, ratio)
-            want = lr_at(step, max_lr, warmup, total, ratio)
-            try:
-                same = math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-12)
-            except (TypeError, ValueError):
-                same = False
-            if not same:
+            want = gc_train.lr_at(step, max_lr, warmup, total, ratio)
+            if not _close(got, want, 1e-6, 1e-12):
                 where = "预热阶段" if step < warmup else ("地板" if step >= total else "余弦阶段")
                 hint = {"预热阶段": "预热是 max_lr·(step+1)/(warmup+1)：第 0 步就要有一点学习率",
                         "地板": "step ≥ total 之后停在 max_lr·min_lr_ratio",
@@ -74,41 +84,29 @@ def lr_schedule(fn) -> bool:
     return _ok()
 
 
-def _params_equal(a: torch.nn.Module, b: torch.nn.Module) -> bool:
-    return all(torch.allclose(p, q, rtol=1e-5, atol=1e-7)
-               for p, q in zip(a.parameters(), b.parameters()))
-
-
 @exercise
 def train_step(fn) -> bool:
     """练习：``fn(model, optimizer, x, y, grad_clip) -> 损失``，按正确顺序做完一步。"""
     ref, mine = _tiny_model(), _tiny_model()
-    opt_ref = torch.optim.AdamW(ref.parameters(), lr=1e-2)
-    opt_mine = torch.optim.AdamW(mine.parameters(), lr=1e-2)
+    opt_ref, opt_mine = (torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (ref, mine))
     for i in range(3):                                                 # 连走三步：忘了清梯度会暴露
         x, y = _batch(i)
         before = copy.deepcopy(mine)
-        want = package_step(ref, opt_ref, [(x, y)], 0.05)[0]          # 很小的阈值：一定会裁剪
+        want = gc_train.train_step(ref, opt_ref, [(x, y)], 0.05)[0]   # 很小的阈值：一定会裁剪
         got = _got(fn, mine, opt_mine, x, y, 0.05)
-        try:
-            same_loss = math.isclose(float(got), want, rel_tol=1e-5)
-        except (TypeError, ValueError):
-            same_loss = False
-        if not same_loss:
+        if not _close(got, want, 1e-5, 0.0):
             return _fail(f"第 {i + 1} 步返回的损失是 {got!r}，应是 {want:.6f}（返回 loss.item()）")
-        if _params_equal(mine, ref):
+        if _differs(mine, ref) is None:
             continue
-        grads = [p.grad for p in mine.parameters()]
-        if _params_equal(mine, before) or all(g is None or not g.any() for g in grads):
+        if _differs(mine, before) is None or all(p.grad is None or not p.grad.any()
+                                                 for p in mine.parameters()):
             return _fail(f"第 {i + 1} 步之后参数根本没动：是不是把 zero_grad 放在了 backward 之后"
                          "（刚算出的梯度被清掉了），或者忘了 optimizer.step()？")
         if i == 0:                                                     # 第一步就不同：裁剪的问题
-            unclipped = _tiny_model()
-            o = torch.optim.AdamW(unclipped.parameters(), lr=1e-2)
-            _, loss = unclipped(x, y)
-            loss.backward()
-            o.step()
-            if _params_equal(mine, unclipped):
+            unclipped = _tiny_model()                                  # grad_clip=0：不裁剪的一步
+            opt = torch.optim.AdamW(unclipped.parameters(), lr=1e-2)
+            gc_train.train_step(unclipped, opt, [(x, y)], 0)
+            if _differs(mine, unclipped) is None:
                 return _fail("第 1 步的更新没有被裁剪：backward 之后、step 之前调用 "
                              "torch.nn.utils.clip_grad_norm_(model.parameters(), grad_clip)")
             return _fail("第 1 步之后参数与参考答案不同：裁剪要在 backward 之后、step 之前，"
@@ -125,8 +123,7 @@ def accumulate_grads(fn) -> bool:
     big = _tiny_model()
     big(x, y)[1].backward()
     for n in (2, 4):
-        model = _tiny_model()
-        size = 8 // n
+        model, size = _tiny_model(), 8 // n
         micro = [(x[i:i + size], y[i:i + size]) for i in range(0, 8, size)]
         _got(fn, model, micro)
         for (name, p), q in zip(model.named_parameters(), big.parameters()):
@@ -134,17 +131,14 @@ def accumulate_grads(fn) -> bool:
                 return _fail(f"{name} 没有梯度：每个微批次都要 backward()")
             if not torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6):
                 ratio = (p.grad.norm() / q.grad.norm()).item()
-                only_last = _tiny_model()
-                (only_last(*micro[-1])[1] / n).backward()
-                last_grad = dict(only_last.named_parameters())[name].grad
-                if abs(ratio - n) < 0.05:
-                    hint = f"大约是大批次的 {ratio:.2f} 倍——每个微批次的损失要除以 {n}"
-                elif torch.allclose(p.grad, last_grad, rtol=1e-4, atol=1e-6):
-                    hint = ("只剩最后一个微批次的：中途不要清梯度，"
-                            "让 backward 把各微批次的梯度累加起来")
-                else:
-                    hint = "与大批次不同"
-                return _fail(f"{n} 个微批次：{name} 的梯度{hint}")
+                last = _tiny_model()                                   # 只算最后一个微批次
+                (last(*micro[-1])[1] / n).backward()
+                only_last = torch.allclose(p.grad, dict(last.named_parameters())[name].grad,
+                                           rtol=1e-4, atol=1e-6)
+                return _fail(f"{n} 个微批次：{name} 的梯度" + (
+                    f"大约是大批次的 {ratio:.2f} 倍——每个微批次的损失要除以 {n}"
+                    if abs(ratio - n) < 0.05 else "只剩最后一个微批次的：中途不要清梯度，"
+                    "让 backward 把各微批次的梯度累加起来" if only_last else "与大批次不同"))
     return _ok()
 
 
@@ -152,14 +146,11 @@ def accumulate_grads(fn) -> bool:
 def estimate_loss(fn) -> bool:
     """练习：``fn(model, splits, batch_size, block_size, n_batches, seed)`` → {划分名: 损失}。"""
     splits = {"train": _ids(1), "val": _ids(2)}
-    seen = []
     for start_training in (True, False):
         model = _tiny_model(dropout=0.3, attn_dropout=0.3, resid_dropout=0.3)
         model.train(start_training)
-        hook = model.register_forward_pre_hook(
-            lambda m, a: seen.append((m.training, torch.is_grad_enabled())))
+        seen = _watch(model)
         got, err = _call(fn, model, splits, 4, 8, 3, 7)
-        hook.remove()
         if err:
             return _fail(err)
         if any(training for training, _ in seen):
@@ -171,11 +162,11 @@ def estimate_loss(fn) -> bool:
             return _fail("评估完要恢复**原来的**模式（先记下 was_training = model.training，"
                          f"最后 model.train(was_training)）；这次进来时 training={start_training}，"
                          f"出去时却是 {model.training}")
-        want = package_estimate(model, splits, 4, 8, 3, 7)
+        want = gc_train.estimate_loss(model, splits, 4, 8, 3, 7)
         if not isinstance(got, dict) or set(got) != set(want):
             return _fail(f"应返回 {{划分名: 平均损失}}，键是 {sorted(want)}；收到 {got!r}")
         for name in want:
-            if not math.isclose(float(got[name]), want[name], rel_tol=1e-5):
+            if not _close(got[name], want[name], 1e-5, 0.0):
                 return _fail(f"划分 {name!r}：你的结果 {float(got[name]):.5f}，"
                              f"期望 {want[name]:.5f}。"
                              "每个划分都要用 torch.Generator().manual_seed(seed) 重新开始取批次，"
@@ -189,30 +180,29 @@ _LOOP_CFG = dict(batch_size=4, lr=1e-2, warmup_steps=3, max_steps=12, eval_inter
                  progress=False, seed=3)
 # 检查循环的小模型开着 dropout：评估时忘了 eval()、或多消耗了随机数，损失都会对不上
 _LOOP_DROPOUT = dict(dropout=0.2, attn_dropout=0.2, resid_dropout=0.2)
+# 等于把 cfg 改一项的典型错误（常数学习率 = 不预热、地板就是 cfg.lr）
+_AS_CFG = {"constant_lr": {"warmup_steps": 0, "min_lr_ratio": 1.0}, "no_clip": {"grad_clip": 0},
+           "default_betas": {"betas": (0.9, 0.999)}, "default_weight_decay": {"weight_decay": 0.1},
+           "default_min_lr": {"min_lr_ratio": 0.1}}
 
 
 def _mistake_loop(model, data, val, cfg, mistake):
-    """参考循环，故意带上一个典型错误，只用来给出准确的提示。返回每步损失。"""
-    T = model.config.block_size
-    wd = 0.1 if mistake == "default_weight_decay" else cfg.weight_decay
-    min_lr_ratio = 0.1 if mistake == "default_min_lr" else cfg.min_lr_ratio
-    if mistake == "all_decayed":
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=wd)
-    else:
-        opt = torch.optim.AdamW(package_groups(model, wd), lr=cfg.lr,
-                                betas=(0.9, 0.999) if mistake == "default_betas" else cfg.betas)
+    """参考循环，故意带上一个典型错误（``_MISTAKES``），只用来给出准确的提示。返回每步损失。"""
+    cfg = replace(cfg, **_AS_CFG.get(mistake, {}))
+    opt = torch.optim.AdamW(model.parameters() if mistake == "all_decayed" else
+                            gc_train.param_groups(model, cfg.weight_decay),
+                            lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     losses = []
     for step in range(cfg.max_steps):
-        s = step + 1 if mistake == "lr_off_by_one" else step
-        lr = cfg.lr if mistake == "constant_lr" else lr_at(
-            s, cfg.lr, cfg.warmup_steps, cfg.max_steps, min_lr_ratio)
         for group in opt.param_groups:
-            group["lr"] = lr
-        x, y = get_batch(data, cfg.batch_size, T, generator=batch_generator(cfg.seed, step))
+            group["lr"] = gc_train.lr_at(step + (mistake == "lr_off_by_one"), cfg.lr,
+                                         cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
+        x, y = get_batch(data, cfg.batch_size, model.config.block_size,
+                         generator=gc_train.batch_generator(cfg.seed, step))
         _, loss = model(x, y)
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        if mistake != "no_clip":
+        if cfg.grad_clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         losses.append(loss.item())
@@ -236,8 +226,7 @@ _MISTAKES = {
 
 
 def _mode_hint(seen: list[tuple[bool, bool]], n_steps: int) -> str | None:
-    """前向钩子记下的 (model.training, 是否记录梯度)：训练的前向应是 (True, True)，
-    评估的前向应是 (False, False)。"""
+    """前向时的 (model.training, 是否记录梯度)：训练应是 (True, True)，评估应是 (False, False)。"""
     if any(training and not grad for training, grad in seen):
         return ("评估时 dropout 还开着（model.training 是 True）：评估前 model.eval()，"
                 "或者直接用 estimate_loss")
@@ -252,42 +241,32 @@ def _mode_hint(seen: list[tuple[bool, bool]], n_steps: int) -> str | None:
     return None
 
 
-def _as_losses_and_evals(got):
-    if hasattr(got, "steps") and hasattr(got, "evals"):                # 也接受 gc.train.History
-        return [r["loss"] for r in got.steps], list(got.evals)
-    losses, evals = got
-    return [float(v) for v in losses], list(evals)
-
-
 @exercise
 def training_loop(fn) -> bool:
     """练习：``fn(model, train_data, val_data, cfg) -> (每步损失, 评估记录)``，同 train()。"""
     data, val = _ids(11, 400), _ids(12, 200)
-    cfg = TrainConfig(**_LOOP_CFG)
+    cfg = gc_train.TrainConfig(**_LOOP_CFG)
     ref = _tiny_model(seed=5, **_LOOP_DROPOUT)
-    hist = train(ref, data, val, cfg)
+    hist = gc_train.train(ref, data, val, cfg)
     want_losses = [r["loss"] for r in hist.steps]
     mine = _tiny_model(seed=5, **_LOOP_DROPOUT)                # 同样的权重、同样的随机数状态
-    seen: list[tuple[bool, bool]] = []
-    hook = mine.register_forward_pre_hook(
-        lambda m, a: seen.append((m.training, torch.is_grad_enabled())))
-    try:
-        got = _got(fn, mine, data, val, cfg)
-    finally:
-        hook.remove()
-    hint = _mode_hint(seen, cfg.max_steps)
+    seen = _watch(mine)
+    got, err = _call(fn, mine, data, val, cfg)
+    hint = err or _mode_hint(seen, cfg.max_steps)
     if hint:
         return _fail(hint)
     try:
-        losses, evals = _as_losses_and_evals(got)
+        if hasattr(got, "steps") and hasattr(got, "evals"):            # 也接受 gc.train.History
+            got = [r["loss"] for r in got.steps], got.evals
+        losses, evals = got
+        losses, evals = [float(v) for v in losses], list(evals)
     except Exception:  # noqa: BLE001
         return _fail("应返回 (losses, evals)：losses 是每步的损失（Python 数），"
                      "evals 是 [{'step': …, 'train': …, 'val': …}, …]")
     if len(losses) != cfg.max_steps:
         return _fail(f"应训练 cfg.max_steps = {cfg.max_steps} 步并记下每步的损失，"
                      f"收到 {len(losses)} 个")
-    bad = [i for i, (a, b) in enumerate(zip(losses, want_losses))
-           if not math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5)]
+    bad = [i for i, (a, b) in enumerate(zip(losses, want_losses)) if not _close(a, b, 1e-4)]
     if bad:
         first = bad[0]
         if first == 0:
@@ -297,7 +276,7 @@ def training_loop(fn) -> bool:
                          "T = model.config.block_size")
         for mistake, hint in _MISTAKES.items():
             trial = _mistake_loop(_tiny_model(seed=5, **_LOOP_DROPOUT), data, val, cfg, mistake)
-            if all(math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-5) for a, b in zip(trial, losses)):
+            if all(_close(a, b, 1e-4) for a, b in zip(trial, losses)):
                 return _fail(hint)
         return _fail(f"前 {first} 步的损失一致，第 {first + 1} 步开始不同"
                      f"（你的 {losses[first]:.5f}，gc.train.train 的 {want_losses[first]:.5f}）："
@@ -309,35 +288,29 @@ def training_loop(fn) -> bool:
                      f"步数从 1 数），收到 {steps}")
     for e, w in zip(evals, hist.evals):
         for split in ("train", "val"):
-            if split not in e or not math.isclose(float(e[split]), w[split], rel_tol=1e-4):
+            if not _close(e.get(split), w[split], 1e-4, 0.0):
                 return _fail(f"第 {w['step']} 步的评估 {split!r} 不对（期望 {w[split]:.5f}）：用 "
                              "estimate_loss(model, {'train': train_data, 'val': val_data}, "
                              "cfg.batch_size, T, cfg.eval_batches)")
-    for (name, p), q in zip(mine.named_parameters(), ref.parameters()):
-        if not torch.allclose(p, q, rtol=1e-4, atol=1e-5):
-            return _fail(f"损失都一致，但最后的参数 {name} 不同：最后一步之后是不是又多走了一步？")
+    name = _differs(mine, ref, 1e-4, 1e-5)
+    if name:
+        return _fail(f"损失都一致，但最后的参数 {name} 不同：最后一步之后是不是又多走了一步？")
     return _ok()
 
 
-def _same(a: float, b: float) -> bool:          # torch.testing.assert_close 的 float32 容差
-    return math.isclose(a, b, rel_tol=1.3e-6, abs_tol=1e-5)
-
-
 def compare_loops(my_losses, my_evals, my_model, pkg_hist, pkg_model) -> bool:
-    """第 10 节的证明：你的循环与 ``gc.train.train`` 逐步比较（损失、评估、最后的权重）。
-
-    全部一致就打印一句话并返回 True；否则说出**第一处**不同在哪一步、最可能的原因
-    （dropout 的随机数、train / eval 模式、学习率日程、权重衰减……），返回 False，不抛异常。"""
+    """第 10 节的证明：你的循环与 ``gc.train.train`` 逐步比较（损失、评估、最后的权重）。全部一致
+    就打印一句话、返回 True；否则说出**第一处**不同在哪一步、最可能的原因，返回 False，不抛异常。"""
     pkg_losses = [r["loss"] for r in pkg_hist.steps]
     eval_steps = [e["step"] for e in pkg_hist.evals]
     if len(my_losses) != len(pkg_losses):
         print(f"✗ 你的循环记了 {len(my_losses)} 步的损失，包走了 {len(pkg_losses)} 步："
               "for step in range(cfg.max_steps)，每步记一次 loss.item()")
         return False
-    s = next((i + 1 for i, (a, b) in enumerate(zip(my_losses, pkg_losses)) if not _same(a, b)),
+    s = next((i + 1 for i, (a, b) in enumerate(zip(my_losses, pkg_losses)) if not _close(a, b)),
              None)
     j = next((i for i, (a, b) in enumerate(zip(my_evals, pkg_hist.evals))
-              if a.get("step") != b["step"] or not all(_same(float(a.get(k, math.nan)), b[k])
+              if a.get("step") != b["step"] or not all(_close(a.get(k), b[k])
                                                        for k in ("train", "val"))), None)
     if j is None and len(my_evals) != len(eval_steps):
         print(f"✗ 你的循环评估了 {len(my_evals)} 次，包评估了 {len(eval_steps)} 次"
