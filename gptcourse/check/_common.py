@@ -267,22 +267,16 @@ def committing() -> bool:
 COMMIT_FILE = ".gptcourse-第一次作答.json"
 
 
-def _commit_file():
-    """JupyterLab 里（有 ``JPY_SESSION_NAME``）：(笔记本名, 旁边的记录文件)，重启内核后仍算数。"""
-    from pathlib import Path
-    session = os.environ.get("JPY_SESSION_NAME", "")
-    return (Path(session).name, Path.cwd() / COMMIT_FILE) if session.endswith(".ipynb") \
-        else (None, None)
-
-
 def _commit(key: str, letter: str) -> str:
-    """记下练习 key 的第一次作答（已经记过就不改），返回记下的字母。"""
+    """记下练习 key 的第一次作答（已经记过就不改），返回记下的字母。JupyterLab 里（内核带着
+    ``JPY_SESSION_NAME``）也记在笔记本旁边的文件里，重启内核后仍算数。"""
     import json
-    notebook, path = _commit_file()
-    if key not in COMMITTED and path is not None:
+    from pathlib import Path
+    session, path = os.environ.get("JPY_SESSION_NAME", ""), Path.cwd() / COMMIT_FILE
+    if key not in COMMITTED and session.endswith(".ipynb"):
         try:
             data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-            saved = data.setdefault(notebook, {})
+            saved = data.setdefault(Path(session).name, {})
             if not isinstance(saved.get(key), str):
                 saved[key] = letter
                 path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")

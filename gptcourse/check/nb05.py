@@ -349,20 +349,12 @@ def quantize_rows(fn) -> bool:
 
 
 # ---------------------------------------------------------------- 第 6 节：二四六分明
-def _fenming_hint(line: str, got, n_want: int) -> str:
-    """把学员的结果和几种典型的错误写法逐一比较，指出最可能的那一个。"""
-    if not isinstance(got, list) or len(got) != n_want:
-        return ("五言有 1 对（第 2、4 字），七言有 2 对（第 2、4 字和第 4、6 字），"
-                f"这句应有 {n_want} 个结果")
-    for kw, hint in ((dict(pos=(0, 2, 4)), "只看第 2、4、6 字（从 0 数是下标 1、3、5）："
-                                           "一三五不论"),
-                     (dict(pos=(0, 2, 4), same=True), "看的位置不对（一三五不论，下标是 1、3、5），"
-                                                      "而且分明 = 平仄**相反**"),
-                     (dict(both_as_ping=True), "有“中”（可平可仄）或表外的字时无法判断，应为 None"),
-                     (dict(same=True), "分明 = 平仄**相反**才成立")):
-        if got == solution_fenming(line, **kw):
-            return hint
-    return ""
+_FENMING_MISTAKES = [                      # solution_fenming 模仿的典型错误 → 提示
+    (dict(pos=(0, 2, 4)), "只看第 2、4、6 字（从 0 数是下标 1、3、5）：一三五不论"),
+    (dict(pos=(0, 2, 4), same=True), "看的位置不对（一三五不论，下标是 1、3、5），"
+                                     "而且分明 = 平仄**相反**"),
+    (dict(both_as_ping=True), "有“中”（可平可仄）或表外的字时无法判断，应为 None"),
+    (dict(same=True), "分明 = 平仄**相反**才成立")]
 
 
 @exercise
@@ -384,7 +376,11 @@ def fenming(fn) -> bool:
                 if got == want:
                     continue
                 tones = "".join(tone(c) or "？" for c in line)
-                hint = _fenming_hint(line, got, len(want))
+                hint = ("五言有 1 对（第 2、4 字），七言有 2 对（第 2、4 字和第 4、6 字），"
+                        f"这句应有 {len(want)} 个结果")
+                if isinstance(got, list) and len(got) == len(want):
+                    hint = next((h for kw, h in _FENMING_MISTAKES
+                                 if got == solution_fenming(line, **kw)), "")
                 return _fail(f"{name}：fenming({line!r})（平仄 {tones}）应为 {want}，收到 {got!r}"
                              + (f"。{hint}" if hint else ""))
     return _ok()
