@@ -1,28 +1,17 @@
-"""所有练习检查器共用的工具：提示、参考答案（教师版的答案单元格）、评分工具读取的结果表，以及学生版用的“先用包里的”。
+"""所有练习检查器共用的工具（``gptcourse.classroom`` 的学生版与自动评分都依赖这些约定）：
 
-约定（``gptcourse.classroom`` 的学生版与自动评分都依赖它）：
-
-- 每个检查器用 ``@exercise`` 装饰，返回 True/False，打印“正确 ✓”、“还不对 ✗：…”或“还没完成：…”，
-  从不抛出异常——除非在严格模式（``strict()``：nbgrader 运行时，或 ``GPTCOURSE_STRICT=1``）下，
-  这时没做完或做错会抛出 ``AssertionError``（文字相同），nbgrader 才会给 0 分；
-- 学员的函数还是存根（抛出 ``NotImplementedError``），或答案还是 ``None`` / ``...`` 时，
-  检查器打印“还没完成”并返回 False，笔记本继续往下运行；
-- 每个练习的名字带章节：``"nb02.guess_offset"``（章节取自检查器所在的模块
-  ``gptcourse.check.nb02*``）。
-  每次检查的结果记在 ``RESULTS["nb02.guess_offset"]``，内容是
-  ``{"key": "nb02.guess_offset", "chapter": "nb02", "exercise": "guess_offset", "passed": bool,
-  "message": str}``；评分工具在笔记本跑完之后读取 ``results()``（这些字典的列表）；
-- 参考答案只有一份：教师版笔记本里的答案单元格（``### BEGIN SOLUTION``），``show_solution``
-  打印的就是它；检查器要参考实现时用包里的函数。学生版的代替品（``fallback``）登记在
-  ``FALLBACKS["nb02.causal_mask"]``（各章用 ``register`` 登记）；
-- 学生版里，用到学员函数的单元格写成 ``mine(学员的函数, fallback=包里的版本, label="练习 3")``：
-  写完了就用学员的，还是存根就先用包里的，并且只说一次；证明单元格写成
-  ``if ready("练习 3", 学员的函数): …``，存根时打印“还没完成”而不是报错。
+- 检查器用 ``@exercise`` 装饰，返回 True/False，打印“正确 ✓”、“还不对 ✗：…”或“还没完成：…”
+  （存根、``None`` / ``...``），从不抛出——严格模式（``strict()``）下没做完或做错抛 AssertionError；
+- 练习名带章节（``"nb02.guess_offset"``，取自模块名 ``gptcourse.check.nb02*``），结果记在
+  ``RESULTS[名字]`` = ``{"key", "chapter", "exercise", "passed", "message"}``，评分读它；
+- 参考答案只有一份：教师版笔记本里的答案单元格（``show_solution`` 打印它）；学生版的代替品
+  登记在 ``FALLBACKS``（``register``），学生版的单元格用 ``mine(...)`` 与 ``if ready(...)``。
 """
 from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import os
 import re
 import sys
@@ -62,9 +51,7 @@ def register(chapter: str, fallbacks: dict[str, Callable | tuple]) -> dict[str, 
 
 @functools.cache
 def solution_cells() -> dict[str, str]:
-    """教师版笔记本里每个练习的答案单元格：``"nb02.causal_mask"`` → 源码，按章节、按出现的顺序。
-    答案单元格是 nbgrader 的 solution 单元格，grade_id 是 ``nbXX-练习名``（练习名里的 ``_``
-    也可以写成 ``-``）。参考答案只有这一份。"""
+    """``"nb02.causal_mask"`` → 教师版里它的答案单元格（grade_id ``nbXX-练习名``）的源码。"""
     import json
 
     from ..runtime import ROOT
@@ -102,24 +89,17 @@ _ENABLED: list[bool] = []                      # enable_solutions() 之后非空
 
 
 def solutions_enabled() -> bool:
-    """老师打开了“显示参考答案”：本进程调用过 ``enable_solutions()``，或设了
-    ``GPTCOURSE_SOLUTIONS=1``。学生版（以及装了课程的学生）默认是关的。"""
+    """老师打开了“显示参考答案”（``enable_solutions()`` 或 ``GPTCOURSE_SOLUTIONS=1``）；默认关。"""
     return bool(_ENABLED) or os.environ.get(SOLUTIONS_ENV, "") not in ("", "0")
 
 
 def enable_solutions(on: bool = True) -> None:
     """（老师）在本进程里打开 / 关上 ``show_solution``。学生版里没有这一行。"""
-    _ENABLED.clear()
-    if on:
-        _ENABLED.append(True)
+    _ENABLED[:] = [True] if on else []
 
 
 def show_solution(name: str) -> bool:
-    """（教师版）打印某个练习的参考答案：教师版笔记本里它自己的答案单元格；名字写成
-    ``"nb05.guess_offset"``。
-
-    老师没有打开（``enable_solutions()`` 或 ``GPTCOURSE_SOLUTIONS=1``）时只说一句“不显示”，
-    返回 False：学生版里没有打印答案的办法。"""
+    """（教师版）打印练习（``"nb05.guess_offset"``）的答案单元格；没打开时只说一句，返回 False。"""
     key = solution_key(name)
     if not solutions_enabled():
         print(f"参考答案只在教师版里显示（{key}）：老师先运行 gc.check.enable_solutions()，"
@@ -130,10 +110,8 @@ def show_solution(name: str) -> bool:
 
 
 def fallback(key: str, which: int | None = None) -> Callable:
-    """学生版的代替品：练习 ``key``（如 ``"nb02.causal_mask"``）登记的代替品（包里的函数，
-    包里没有时是检查器用的参考实现），包成一个不带名字、不带源码链接的函数，给
-    ``mine(..., fallback=...)`` 用——``??`` 也看不到答案。一题有几个代替品时（如
-    ``"nb02.split_merge_heads"``），``which`` 选第几个。"""
+    """练习 ``key`` 登记的代替品，包成不带名字与源码链接的函数（``??`` 看不到答案），给
+    ``mine(..., fallback=...)`` 用；一题有几个代替品时 ``which`` 选第几个。"""
     if key not in FALLBACKS:
         raise ValueError(f"练习 {key!r} 没有代替品；可选：{', '.join(FALLBACKS)}")
     ref = FALLBACKS[key]
@@ -156,29 +134,18 @@ def results() -> list[dict]:
 
 
 STRICT_ENV = ("NBGRADER_EXECUTION", "GPTCOURSE_STRICT")
+_OFF = ("", "0", "false", "no", "off")                  # 不分大小写、去掉空格；没设也算关
 
 
 def strict() -> bool:
-    """严格模式：没做完或做错的练习让检查单元格**抛出** AssertionError（提示文字不变），
-    而不是打印了事——nbgrader 的 autograde / validate 据此给这一格 0 分。nbgrader 运行笔记本时
-    自己会设 ``NBGRADER_EXECUTION``；老师也可以设 ``GPTCOURSE_STRICT=1``。在 JupyterLab 里
-    照常打印，笔记本继续往下运行。"""
-    return any(_on(os.environ.get(name)) for name in STRICT_ENV)
-
-
-_OFF = ("", "0", "false", "no", "off")
-
-
-def _on(value: str | None) -> bool:
-    """环境变量是不是“开”：没设、空、0 / false / no / off（不分大小写、去掉空格）都算关。"""
-    return value is not None and value.strip().lower() not in _OFF
+    """严格模式（nbgrader 运行时自己设 ``NBGRADER_EXECUTION``，或 ``GPTCOURSE_STRICT=1``）：没做完或
+    做错时检查单元格抛出 AssertionError（文字不变），nbgrader 据此给 0 分。"""
+    return any(os.environ.get(n, "").strip().lower() not in _OFF for n in STRICT_ENV)
 
 
 def exercise(checker: Callable) -> Callable:
-    """把一个检查器登记为练习：记录结果，把“还没写完”和意外错误都变成一句提示。
-
-    记录结果的函数在装饰时就绑定（``record``），学员的函数在检查中途改掉
-    ``_common._record`` 也改不了这一次的结果；返回值是检查器自己的判断。"""
+    """把检查器登记为练习：记录结果，把“还没写完”和意外错误都变成一句提示。``record`` 在装饰时
+    绑定：学员的函数在检查中途改掉 ``_common._record`` 也改不了结果。"""
     name = checker.__name__
     chapter = chapter_of(checker.__module__)
     record, is_strict, fail = _record, strict, _fail
@@ -243,10 +210,7 @@ def _fail(msg: str) -> bool:
 
 
 def _call(fn, *args):
-    """调用学员的函数；出错时返回 (None, 一句中文提示) 而不是让检查器崩溃。
-
-    函数还是存根（NotImplementedError）时抛出 NotDone，由 ``@exercise`` 打印“还没完成”。
-    """
+    """调用学员的函数 → (结果, None)；出错时 (None, 一句中文提示)；存根时抛出 NotDone。"""
     if not callable(fn):
         return None, f"需要传入一个函数，收到的是 {type(fn).__name__}"
     try:
@@ -266,8 +230,9 @@ def _got(fn, *args, where: str = "", then: str = ""):
 
 
 def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
-             normalize: Callable = lambda v: v) -> bool:
-    """逐个输入比较 fn 与参考答案；第一处不同就报告输入、你的输出和期望输出。"""
+             normalize: Callable = lambda v: v, same: Callable = operator.eq) -> bool:
+    """逐个输入比较 fn 与参考答案（``same(normalize(你的), normalize(参考))``，默认 ==）；
+    第一处不同就报告输入、你的输出和期望输出。"""
     if not callable(fn):
         return _fail(f"{name} 需要传入一个函数，收到的是 {type(fn).__name__}")
     for args in cases:
@@ -275,10 +240,10 @@ def _compare(fn: Callable, ref: Callable, cases: list[tuple], name: str,
         got = _got(fn, *args, where=f"{name}({shown}) ")
         want = ref(*args)
         try:
-            same = normalize(got) == normalize(want)
+            same_ = bool(same(normalize(got), normalize(want)))
         except Exception:  # noqa: BLE001
-            same = False
-        if not same:
+            same_ = False
+        if not same_:
             return _fail(f"{name}({shown})\n  你的结果：{got!r}\n  期望结果：{want!r}")
     return _ok()
 
@@ -290,8 +255,7 @@ COMMIT_MARK = "第一次作答："                    # 评分工具在作业的
 
 
 def committing() -> bool:
-    """选择题“第一次作答才算”：在 Jupyter 内核里（学员自己的笔记本）打开；单元测试、评分的裁判
-    与命令行里关着（同一个检查器会被喂很多个答案）。``GPTCOURSE_COMMIT=1`` / ``0`` 强制开 / 关。"""
+    """选择题“第一次作答才算”：只在 Jupyter 内核里开；``GPTCOURSE_COMMIT=1`` / ``0`` 强制开关。"""
     env = os.environ.get(COMMIT_ENV, "")
     if env:
         return env != "0"
@@ -303,46 +267,29 @@ def committing() -> bool:
 COMMIT_FILE = ".gptcourse-第一次作答.json"
 
 
-def _commit_file():
-    """JupyterLab 里（内核带着 ``JPY_SESSION_NAME`` = 笔记本路径）：笔记本旁边的记录文件，
-    重启内核后第一次作答仍然算数；测试、nbclient 运行的笔记本没有这个变量，只记在内存里。"""
-    from pathlib import Path
-    session = os.environ.get("JPY_SESSION_NAME", "")
-    return (Path(session).name, Path.cwd() / COMMIT_FILE) if session.endswith(".ipynb") \
-        else (None, None)
-
-
 def _commit(key: str, letter: str) -> str:
-    """记下练习 key 的第一次作答（已经记过就不改），返回记下的字母。"""
+    """记下练习 key 的第一次作答（已经记过就不改），返回记下的字母。JupyterLab 里（内核带着
+    ``JPY_SESSION_NAME``）也记在笔记本旁边的文件里，重启内核后仍算数。"""
     import json
-    notebook, path = _commit_file()
-    if key not in COMMITTED and path is not None:
+    from pathlib import Path
+    session, path = os.environ.get("JPY_SESSION_NAME", ""), Path.cwd() / COMMIT_FILE
+    if key not in COMMITTED and session.endswith(".ipynb"):
         try:
-            saved = json.loads(path.read_text(encoding="utf-8")).get(notebook, {})
-            if isinstance(saved.get(key), str):
-                COMMITTED[key] = saved[key]
-        except (OSError, ValueError, AttributeError):
-            pass
-    if key not in COMMITTED:
-        COMMITTED[key] = letter
-        if path is not None:
-            try:
-                data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
-                data.setdefault(notebook, {})[key] = letter
+            data = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+            saved = data.setdefault(Path(session).name, {})
+            if not isinstance(saved.get(key), str):
+                saved[key] = letter
                 path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-            except (OSError, ValueError, AttributeError):
-                pass
-    return COMMITTED[key]
+            COMMITTED[key] = saved[key]
+        except (OSError, ValueError, AttributeError, TypeError):
+            pass
+    return COMMITTED.setdefault(key, letter)
 
 
 def choice(guess, right: str, options: str | dict[str, str] = "ABC",
            hints: str | dict[str, str] | None = None, why: str = "") -> bool:
-    """选择题式的预测（所有章节共用的判字母）：“B”“ b ”“(B)”都算 B。
-
-    ``options`` 是可选的字母（"ABC"），或 字母 → 选项内容；``right`` 由调用者给出——
-    凡是实验能量出来的题，``right`` 应由这次运行量到的数算出，而不是写死一个字母。
-    答错时**不说出正确的字母**：打印“你猜的是…，和这次量出的不一样”、``why``（这次量到的数）
-    与 ``hints``（一句话，或 字母 → 这个选项对应的提示），让学员自己对照测量再想。"""
+    """选择题式的预测（“B”“ b ”“(B)”都算 B）；``options`` 是字母或 字母 → 选项内容。答错时**不说出
+    正确的字母**，只打印你猜的、``why``（这次量到的数）与 ``hints``（一句话，或 字母 → 提示）。"""
     letters = "".join(options)
     g = str(guess).strip().strip("()（）.。").upper()
     if len(g) != 1 or g not in letters:
@@ -370,9 +317,7 @@ def choice(guess, right: str, options: str | dict[str, str] = "ABC",
 
 # ---------------------------------------------------------------- 学生版：存根时先用包里的
 def is_stub(obj) -> bool:
-    """学生版里还没写的答案：None / ...，函数体是学生版的存根
-    （``raise NotImplementedError("还没完成：…")``），类里有这样的方法，或者是 ``mine`` 换上的
-    代替品（及它的实例）。"""
+    """还没写的答案：None / ...、学生版的存根（或有存根方法的类）、``mine`` 换上的代替品及实例。"""
     if obj is None or obj is Ellipsis:
         return True
     if getattr(obj, STANDIN, None) or getattr(type(obj), STANDIN, None):
@@ -415,13 +360,8 @@ def _standin(fallback, label: str):
 
 
 def mine(obj, fallback, label: str, name: str | None = None):
-    """学员写的函数 / 类 / 答案：写完了就用它；还是存根就换成包里的 ``fallback``，并且只说一次
-    “练习 3 还没完成：下面先用 gc.… 代替”。
-
-    函数在调用时抛出 ``NotImplementedError``（例如它调用了另一个还没写的练习）也会换成
-    ``fallback``。换上的代替品带着记号，``ready`` 认得它，所以证明单元格不会拿包去证明包。
-    返回值最好另起一个名字（``attention_ = mine(attention, …)``）：检查器检查的始终是学员
-    自己的版本。"""
+    """学员的函数 / 类 / 答案：写完了就用它；是存根（或调用时抛 NotImplementedError）就换成带记号的
+    ``fallback``（``ready`` 认得它），并且只说一次“练习 3 还没完成：下面先用 gc.… 代替”。"""
     shown = name or _name_of(fallback)
     if is_stub(obj):
         _note(label, shown)
@@ -442,10 +382,7 @@ def mine(obj, fallback, label: str, name: str | None = None):
 
 
 def ready(label: str, *objs) -> bool:
-    """证明单元格的开关：``if ready("练习 1", build_vocab): …``。
-
-    这些答案都写完了（不是存根、不是 ``mine`` 换上的代替品）才返回 True；否则打印
-    “练习 1 还没完成：这一格的证明先跳过”，返回 False，笔记本接着往下跑。"""
+    """证明单元格的开关（``if ready("练习 1", f): …``）：都写完了才 True，否则说一句“先跳过”。"""
     if any(is_stub(o) for o in objs):
         print(f"{label} {TODO}：这一格的证明先跳过（写完上面的练习再运行这一格）")
         return False

@@ -1,8 +1,8 @@
-"""笔记本 04（评估与验收）的练习检查器：参考是包里的函数（``gc.verse``、``gc.acceptance``、
-``gc.evaluate``）。"""
+"""笔记本 04（评估与验收）的练习检查器：参考是包里的 gc.verse、gc.acceptance、gc.evaluate。"""
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import numpy as np
 import torch
@@ -10,8 +10,9 @@ import torch.nn.functional as F
 
 from ..acceptance import distinct_n
 from ..evaluate import metrics_from_loss
+from ..model import causal_attention
 from ..verse import poem_form
-from ._common import _call, _fail, _got, _ok, choice, exercise, register, results  # noqa: F401
+from ._common import _compare, _fail, _got, _ok, choice, exercise, register, results  # noqa: F401
 
 EXERCISES = ("bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
              "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
@@ -32,12 +33,8 @@ def buggy_attention(q, k, v):
 # ---------------------------------------------------------------- 学生版的代替品（包里没有的）
 def solution_bootstrap_interval(items, stat, reps: int = 1000, seed: int = 0
                                 ) -> tuple[float, float]:
-    """按条目（一首诗、一个样本）有放回地重抽样：stat 的 95% 百分位区间 (下端, 上端)。
-
-    ``rng = np.random.default_rng(seed)``，一次抽出 reps 轮的下标 ``rng.integers(0, n, (reps, n))``
-    （每一行是一轮：有放回地抽 n 个），每一轮算一次 stat，取 reps 个结果的 2.5% 与 97.5% 分位数。
-    stat 是均值时，与 ``gc.evaluate.bootstrap_interval(items, n_boot=reps, seed=seed)`` 相同。
-    """
+    """按条目有放回地重抽样 reps 轮（一次抽出全部下标），stat 的 95% 百分位区间 (下端, 上端)；
+    stat 是均值时与 ``gc.evaluate.bootstrap_interval(items, n_boot=reps, seed=seed)`` 相同。"""
     rng = np.random.default_rng(seed)
     n = len(items)
     idx = rng.integers(0, n, (reps, n))                     # [reps, n]：每行一轮
@@ -78,31 +75,23 @@ def guess_zigzag(guess) -> bool:
                         "开启一个新词的字才难猜")
 
 
-def _numbers(fn, ref, cases, name) -> bool:
-    for x in cases:
-        got = _got(fn, x, where=f"{name}({x!r}) ")
-        want = ref(x)
-        try:
-            good = math.isclose(float(got), want, rel_tol=1e-6, abs_tol=1e-9)
-        except (TypeError, ValueError):
-            good = False
-        if not good:
-            return _fail(f"{name}({x!r}) 得到 {got!r}，应为 {want:.6g}")
-    return _ok()
+_NEAR = partial(math.isclose, rel_tol=1e-6, abs_tol=1e-9)
 
 
 @exercise
 def bits_from_loss(fn) -> bool:
     """练习：``fn(loss_nats) -> 每字比特数``。"""
-    return _numbers(fn, lambda x: metrics_from_loss(x).bits_per_char,
-                    [math.log(2), math.log(8), 0.0, 4.5, 8.77], "bits_from_loss")
+    return _compare(fn, lambda x: metrics_from_loss(x).bits_per_char,
+                    [(math.log(2),), (math.log(8),), (0.0,), (4.5,), (8.77,)], "bits_from_loss",
+                    float, _NEAR)
 
 
 @exercise
 def perplexity_from_loss(fn) -> bool:
     """练习：``fn(loss_nats) -> 困惑度``。"""
-    return _numbers(fn, lambda x: metrics_from_loss(x).perplexity, [0.0, math.log(100), 1.0, 4.5],
-                    "perplexity_from_loss")
+    return _compare(fn, lambda x: metrics_from_loss(x).perplexity,
+                    [(0.0,), (math.log(100),), (1.0,), (4.5,)], "perplexity_from_loss",
+                    float, _NEAR)
 
 
 FORM_CASES = [
@@ -129,72 +118,50 @@ FORM_CASES = [
 @exercise
 def form_checker(fn) -> bool:
     """练习：``fn(poem) -> "五绝" / "五律" / "七绝" / "七律" / None``。"""
-    for poem in FORM_CASES:
-        got = _got(fn, poem, where=f"form_checker({poem!r}) ")
-        want = poem_form(poem)
-        if got != want:
-            return _fail(f"form_checker({poem!r}) 得到 {got!r}，应为 {want!r}")
-    return _ok()
+    return _compare(fn, poem_form, [(poem,) for poem in FORM_CASES], "form_checker")
 
 
-def _leaky_attention(q, k, v, open_up):
-    """[B, H, T, D] → [B, H, T, D]：因果掩码被 ``open_up(mask)`` 打开了几处的注意力。"""
-    T, D = q.shape[-2], q.shape[-1]
-    att = q @ k.transpose(-2, -1) / math.sqrt(D)
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))
-    open_up(mask)
-    att = att.masked_fill(~mask, float("-inf"))
-    return F.softmax(att, dim=-1) @ v
+def _leaky(open_up):
+    """[B, H, T, D] → [B, H, T, D] 的因果注意力，但掩码被 ``open_up(mask)`` 打开了几处。"""
+    def core(q, k, v):
+        T = q.shape[-2]
+        mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))     # [T, T]
+        open_up(mask)
+        return causal_attention(q, k, v, mask)[0]
+    return core
 
 
-def attention_late_leak(q, k, v):
-    """掩码只管住了前 8 个位置，第 8 个位置起能看见后面所有的字。"""
-    return _leaky_attention(q, k, v, lambda m: m[8:].fill_(True))
-
-
-def attention_pair_leak(q, k, v):
-    """只有一处漏洞——第 2 个位置能看见第 3 个位置。
-    只试一个 t（或只改最后一个字）的泄漏测试抓不住它。"""
-    return _leaky_attention(q, k, v, lambda m: m[2, 3].fill_(True))
+_NOT_ALL_T = ("：只检查了开头几个位置吗？泄漏可能只发生在后面的位置——改掉第 t 个位置之后的字，"
+              "要比较第 0…t 个位置的全部输出，而且每个 t 都要试")
 
 
 def _leak_models():
-    from ..mistakes import (
-        attention_core,
-        attention_no_mask,
-        attention_softmax_wrong_dim,
-        gallery_model,
-        merge_heads_no_transpose,
-        tiny_config,
-    )
+    """(名字, 是否泄漏, 模型, 判错时的提示)。后两种泄漏：第 8 个位置起能看见后面所有的字；只有
+    第 2 个位置能看见第 3 个——只试一个 t（或只改最后一个字）的测试抓不住它。"""
+    from .. import mistakes as mk
+
     torch.manual_seed(0)
-    cfg = tiny_config(40, block_size=16)
-    dropout = tiny_config(40, block_size=16, dropout=0.2, attn_dropout=0.2, resid_dropout=0.2)
-    return [("正确的 GPT", False, gallery_model(cfg, core=attention_core)),
-            ("训练模式下带 dropout 的正确 GPT", False, gallery_model(dropout).train()),
-            ("没有因果掩码的 GPT", True, gallery_model(cfg, core=attention_no_mask)),
-            ("softmax 维度错了的 GPT", True, gallery_model(cfg, core=attention_softmax_wrong_dim)),
-            ("合并多头没转置的 GPT", True, gallery_model(cfg, merge=merge_heads_no_transpose)),
+    cfg = mk.tiny_config(40, block_size=16)
+    dropout = mk.tiny_config(40, block_size=16, dropout=0.2, attn_dropout=0.2, resid_dropout=0.2)
+    gpt = partial(mk.gallery_model, cfg)
+    return [("正确的 GPT", False, gpt(core=mk.attention_core), ""),
+            ("训练模式下带 dropout 的正确 GPT", False, mk.gallery_model(dropout).train(),
+             "：训练模式下 dropout 每次前向都不一样，先 model.eval() 再比较"),
+            ("没有因果掩码的 GPT", True, gpt(core=mk.attention_no_mask), ""),
+            ("softmax 维度错了的 GPT", True, gpt(core=mk.attention_softmax_wrong_dim), ""),
+            ("合并多头没转置的 GPT", True, gpt(merge=mk.merge_heads_no_transpose), ""),
             ("只有后半段泄漏的 GPT（第 8 个位置起）", True,
-             gallery_model(cfg, core=attention_late_leak)),
+             gpt(core=_leaky(lambda m: m[8:].fill_(True))), _NOT_ALL_T),
             ("只在一对位置之间泄漏的 GPT（第 2 个位置能看见第 3 个）", True,
-             gallery_model(cfg, core=attention_pair_leak))]
+             gpt(core=_leaky(lambda m: m[2, 3].fill_(True))), _NOT_ALL_T)]
 
 
 @exercise
 def future_leak_test(fn) -> bool:
     """练习：``fn(model) -> bool``，模型偷看了未来（某位置的输出受后面的字影响）时返回 True。"""
-    for name, leaks, model in _leak_models():
+    for name, leaks, model, hint in _leak_models():
         got = _got(fn, model, where=f"在{name}上 ")
         if bool(got) != leaks:
-            if "dropout" in name:
-                hint = "：训练模式下 dropout 每次前向都不一样，先 model.eval() 再比较"
-            elif "后半段" in name or "一对位置" in name:
-                hint = ("：只检查了开头几个位置吗？泄漏可能只发生在后面的位置——"
-                        "改掉第 t 个位置之后的字，要比较第 0…t 个位置的全部输出，"
-                        "而且每个 t 都要试")
-            else:
-                hint = ""
             return _fail(f"{name}：你的测试说 {'有' if got else '没有'}泄漏，实际上"
                          f"{'有' if leaks else '没有'}{hint}")
     return _ok()
@@ -222,12 +189,9 @@ def fix_attention(fn) -> bool:
 def distinct_ngrams(fn) -> bool:
     """练习：``fn(poems, n) -> distinct-n``（n 字组只在一句之内取）。"""
     poems = ["春风春风，春风春风。", FORM_CASES[0], FORM_CASES[1], "白日依山尽，黄河入海流。"]
-    for args in ((poems, 1), (poems, 2), (poems, 5), (poems[:1], 2), (["春"], 2), ([], 1)):
-        got = _got(fn, *args, where=f"distinct_ngrams{args!r} ")
-        want = distinct_n(*args)
-        if got is None or not math.isclose(float(got), want, abs_tol=1e-9):
-            return _fail(f"distinct_ngrams{args!r} 得到 {got!r}，应为 {want:.6g}")
-    return _ok()
+    return _compare(fn, distinct_n, [(poems, 1), (poems, 2), (poems, 5), (poems[:1], 2),
+                                     (["春"], 2), ([], 1)], "distinct_ngrams",
+                    float, partial(math.isclose, abs_tol=1e-9))
 
 
 def _rhyme_cases() -> dict[str, list[str]]:
@@ -273,21 +237,18 @@ def _rhyme_hint(poem: str, got: bool) -> str:
 
 @exercise
 def rhyme_check(fn) -> bool:
-    """练习：``fn(poem) -> bool``，与 ``gc.verse.check_rhyme(poem).rhymes`` 一致
-    （真诗、韵脚互换的对照组和几类反例）。"""
+    """练习：``fn(poem) -> bool``，在真诗、韵脚互换的对照组和几类反例上与 check_rhyme 一致。"""
     from ..verse import check_rhyme
 
     for name, group in _rhyme_cases().items():
         for poem in group:
             got = _got(fn, poem, where=f"rhyme_check({poem!r}) ")
             want = check_rhyme(poem).rhymes
-            if bool(got) == want and isinstance(got, bool):
-                continue
             if not isinstance(got, bool):
                 return _fail(f"rhyme_check({poem!r}) 应返回 True 或 False，收到 {got!r}")
-            hint = _rhyme_hint(poem, bool(got))
-            return _fail(f"{name}里的这首：{poem}\n  你的结果 {got}，应为 {want}"
-                         + (f"。{hint}" if hint else ""))
+            if got != want:
+                    return _fail(f"{name}里的这首：{poem}\n  你的结果 {got}，应为 {want}。"
+                             + _rhyme_hint(poem, got))
     return _ok()
 
 
@@ -295,22 +256,16 @@ def rhyme_check(fn) -> bool:
 _SLOW_TEXT = "白日依山尽，黄河入海流。\n春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\n"
 
 
-def _slow_setup():
+@exercise
+def slow_token_losses(fn) -> bool:
+    """练习：``fn(model, tok, text, T, stride) -> [n]``，与 gc.evaluate.token_losses 逐位置一致。"""
+    from ..evaluate import token_losses, window_plan
     from ..mistakes import gallery_model, tiny_config
     from ..tokenizer import CharTokenizer
 
     tok = CharTokenizer.from_text(_SLOW_TEXT)
     torch.manual_seed(0)
-    return gallery_model(tiny_config(tok.vocab_size, block_size=16)).eval(), tok
-
-
-@exercise
-def slow_token_losses(fn) -> bool:
-    """练习：``fn(model, tok, text, T, stride) -> [n]``，与 ``gc.evaluate.token_losses``
-    逐位置一致。"""
-    from ..evaluate import token_losses, window_plan
-
-    model, tok = _slow_setup()
+    model = gallery_model(tiny_config(tok.vocab_size, block_size=16)).eval()
     for T, stride in ((8, 4), (8, 8), (6, 3), (16, 8)):
         got = _got(fn, model, tok, _SLOW_TEXT, T, stride,
                    where=f"slow_token_losses(T={T}, stride={stride}) ")
@@ -337,47 +292,45 @@ def slow_token_losses(fn) -> bool:
 
 
 # ---------------------------------------------------------------- 第 7 节：重抽样的区间
+def _mean(xs):
+    return float(np.mean(xs))
+
+
+def _ratio(xs):                                     # 像平仄合格率：两个和之比
+    return sum(h for h, _ in xs) / sum(c for _, c in xs)
+
+
 _BOOT_CASES = [
-    ([round(0.1 * ((7 * i) % 53) ** 1.5, 3) for i in range(60)], "mean"),     # 偏斜的实数
-    ([1.0] * 2 + [0.0] * 38, "mean"),                                          # 接近 0 的比例
-    ([((7 * i) % 5, 4 + i % 3) for i in range(70)], "ratio"),                  # (成立, 可判断)
+    ([round(0.1 * ((7 * i) % 53) ** 1.5, 3) for i in range(60)], _mean),      # 偏斜的实数
+    ([1.0] * 2 + [0.0] * 38, _mean),                                           # 接近 0 的比例
+    ([((7 * i) % 5, 4 + i % 3) for i in range(70)], _ratio),                   # (成立, 可判断)
 ]
-
-
-def _boot_stat(kind):
-    if kind == "mean":
-        return lambda xs: float(np.mean(xs))
-    return lambda xs: sum(h for h, _ in xs) / sum(c for _, c in xs)     # 像平仄合格率：和之比
 
 
 @exercise
 def bootstrap_interval(fn) -> bool:
     """练习：``fn(items, stat, reps, seed) -> (lo, hi)``，有放回重抽样的 95% 百分位区间。
-
-    与参考答案同样抽法（``rng.integers(0, n, (reps, n))`` 一次抽完）的答案应逐位相同；别的抽法
-    只要在 10000 轮时两端与参考相差不到区间宽度的 4% 也算对（那是蒙特卡洛误差）。"""
-    for items, kind in _BOOT_CASES:
-        stat = _boot_stat(kind)
+    10000 轮时两端与参考答案相差不到区间宽度的 4% 就算对（别的抽法有蒙特卡洛误差）。"""
+    for items, stat in _BOOT_CASES:
         got = _got(fn, items, stat, 10000, 1, where="bootstrap_interval ")
         try:
             lo, hi = map(float, got)
         except (TypeError, ValueError):
             return _fail(f"应返回 (下端, 上端) 两个数，收到 {got!r}")
         want_lo, want_hi = solution_bootstrap_interval(items, stat, 10000, 1)
-        point = stat(items)
-        what = "均值" if kind == "mean" else "两个和之比"
         if max(abs(lo - want_lo), abs(hi - want_hi)) <= 0.04 * (want_hi - want_lo):
             continue
         if abs(hi - lo) < 1e-9:
             hint = ("区间宽度是 0：重抽样要**有放回**（rng.integers），"
                     "不放回地重排每轮都是原来那组数")
-        elif lo < 0 <= want_lo and kind == "mean":
+        elif lo < 0 <= want_lo and stat is _mean:
             hint = ("下端小于 0：这是“均值 ± 1.96 × 标准误”的正态近似；比例接近 0 时它会越界，"
                     "要用重抽样结果的第 2.5 和第 97.5 百分位")
         elif lo > want_lo and hi < want_hi:
             hint = "区间太窄：95% 区间取第 2.5 和第 97.5 百分位（不是第 5 和第 95）"
         else:
             hint = "每一轮从 n 个条目里有放回地抽 n 个，算一次 stat，再取 2.5% 与 97.5% 分位数"
-        return _fail(f"{len(items)} 个条目的{what}（{point:.3f}）：得到 [{lo:.3f}, {hi:.3f}]，"
-                     f"应约为 [{want_lo:.3f}, {want_hi:.3f}]。{hint}")
+        what = "均值" if stat is _mean else "两个和之比"
+        return _fail(f"{len(items)} 个条目的{what}（{stat(items):.3f}）："
+                     f"得到 [{lo:.3f}, {hi:.3f}]，应约为 [{want_lo:.3f}, {want_hi:.3f}]。{hint}")
     return _ok()

@@ -1,5 +1,4 @@
-"""笔记本 05（推理与部署）的练习检查器：参考是包里的函数（``gc.sampling`` …）；包里没有的
-（逐行量化、KV 缓存的字节数……）写在这里，也是学生版的代替品。"""
+"""笔记本 05（推理与部署）的练习检查器：参考是包里的函数；包里没有的写在这里，也是代替品。"""
 from __future__ import annotations
 
 import copy
@@ -28,21 +27,15 @@ def solution_kv_cache_bytes(n_layer: int, batch: int, seq_len: int, n_embd: int,
 
 
 def solution_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
-    """按概率抽样 = 把 [0, 1) 按概率切成小段，看均匀随机数 u 落在哪一段。
-
-    probs [V]（和为 1），u [N] ∈ [0, 1) → [N] 的下标 i，满足 cumsum[i-1] ≤ u < cumsum[i]。
-    """
+    """按概率抽样：probs [V]（和为 1），u [N] ∈ [0, 1) → [N] 的 i，cumsum[i-1] ≤ u < cumsum[i]。"""
     edges = torch.cumsum(probs, dim=-1)                  # 每一段的右端点
     idx = (edges[None, :] <= u[:, None]).sum(-1)         # 有几段的右端点 ≤ u
     return idx.clamp(max=probs.numel() - 1)              # u 比舍入后的总和还大时落在最后一段
 
 
 def solution_rope_cached_step(q, k, v, k_cache, v_cache, cos, sin, start: int):
-    """带 KV 缓存、带 RoPE 的一步注意力。
-
-    q/k/v：新位置还没旋转的 [B, H, 1, D]；缓存 [B, H, S, D]（K 已旋转，S = start）；
-    cos/sin：整张角度表 [P, D/2]。返回 (y [B, H, 1, D], k_all, v_all [B, H, S+1, D])。
-    """
+    """带 KV 缓存与 RoPE 的一步：q/k/v 是新位置还没旋转的 [B, H, 1, D]；缓存 [B, H, S, D]（K 已
+    旋转，S = start）；cos/sin [P, D/2]。返回 (y [B, H, 1, D], k_all, v_all [B, H, S+1, D])。"""
     c, s = cos[start:start + 1], sin[start:start + 1]   # 新位置的角度：第 start 行，不是第 0 行
     q, k = apply_rope(q, c, s), apply_rope(k, c, s)     # 只转 Q 和 K，V 不转
     k_all, v_all = torch.cat([k_cache, k], dim=2), torch.cat([v_cache, v], dim=2)
@@ -51,10 +44,8 @@ def solution_rope_cached_step(q, k, v, k_cache, v_cache, cos, sin, start: int):
 
 
 def solution_quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """对称 int8 量化，每行一个缩放系数：w [out, in] → (q int8 [out, in], scale [out, 1])。
-
-    q * scale ≈ w；scale = 这一行的最大绝对值 / 127，全零的行用 1 代替（避免除以 0）。
-    """
+    """对称 int8 量化，每行一个缩放系数（最大绝对值 / 127，全零的行用 1）：
+    w [out, in] → (q int8 [out, in], scale [out, 1])，q * scale ≈ w。"""
     amax = w.abs().amax(dim=1, keepdim=True)                        # [out, 1]
     scale = torch.where(amax > 0, amax / 127, torch.ones_like(amax))
     q = torch.round(w / scale).clamp(-127, 127).to(torch.int8)
@@ -63,22 +54,13 @@ def solution_quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
 
 def solution_fenming(line: str, pos=(1, 3, 5), both_as_ping=False, same=False
                      ) -> list[bool | None]:
-    """二四六分明：一句之内第 2、4 字平仄相反（七言再加第 4、6 字）。"一三五不论"。
-
-    每一对给一个结果：True（相反）、False（相同）、None（有"中"——可平可仄——或表外的字，无法判断）。
-    其余参数只给检查器模仿典型错误用（看错位置、把"中"当平、把"分明"当成相同）。
-    """
+    """二四六分明：第 2、4 字（七言再加第 4、6 字）平仄相反为 True，相同为 False，有“中”或表外的字
+    为 None。其余参数只给检查器模仿典型错误用（看错位置、把“中”当平、把“分明”当成相同）。"""
     from ..verse import tone
 
-    p = pos[:2] if len(line) == 5 else pos                  # 第 2、4、(6) 字，从 0 数
-    out = []
-    for a, b in zip(p, p[1:]):
-        ta, tb = tone(line[a]), tone(line[b])
-        if both_as_ping:
-            ta, tb = ("平" if ta == "中" else ta), ("平" if tb == "中" else tb)
-        ok = ta in ("平", "仄") and tb in ("平", "仄")
-        out.append(None if not ok else (ta == tb if same else ta != tb))
-    return out
+    ts = [tone(line[i]) for i in (pos[:2] if len(line) == 5 else pos)]    # 第 2、4、(6) 字
+    ts = [("平" if t == "中" else t) if both_as_ping else t for t in ts]
+    return [(a == b) == same if {a, b} <= {"平", "仄"} else None for a, b in zip(ts, ts[1:])]
 
 
 GUESS_FREQUENCY = "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
@@ -126,8 +108,7 @@ def _near_boundary(logits: torch.Tensor, p: float, tol: float = 1e-6) -> torch.T
 
 @exercise
 def top_p(fn) -> bool:
-    """练习：``fn(logits, p)`` → 过滤后的 logits；越过 p 的那个词元要保留，第一名永远保留，
-    p ≥ 1 不过滤。只比较离边界超过 1e-6 的词元，所以结果与 CPU 的舍入方式无关。"""
+    """练习：``fn(logits, p)`` → 过滤后的 logits；只比较离边界超过 1e-6 的词元（与舍入无关）。"""
     x = torch.tensor([0.2, 0.5, 0.3]).log()
     g = torch.Generator().manual_seed(0)
     spike = torch.zeros(6000)
@@ -178,12 +159,11 @@ def kv_cache_bytes(fn) -> bool:
         got = _got(fn, *args)
         want = solution_kv_cache_bytes(*args)
         if got != want:
-            L, B = args[0], args[1]
-            hint = ("（K 和 V 两份，别忘了乘 2）" if got == want // 2 else
-                    "（每一层都有自己的 K、V，要乘层数 n_layer）" if got == want // L else
-                    "（批里每一行都有自己的缓存，要乘 batch）" if B > 1 and got == want // B else
-                    "（单位是字节：bytes_per 已是字节数，不要再乘 8）" if got == want * 8 else
-                    "")
+            hint = next((h for w, h in (
+                (want // 2, "（K 和 V 两份，别忘了乘 2）"),
+                (want // args[0], "（每一层都有自己的 K、V，要乘层数 n_layer）"),
+                (want // args[1], "（批里每一行都有自己的缓存，要乘 batch）"),
+                (want * 8, "（单位是字节：bytes_per 已是字节数，不要再乘 8）")) if got == w), "")
             return _fail(f"参数 {args}：应得 {want:,} 字节，收到 {got!r}{hint}")
     return _ok()
 
@@ -194,7 +174,11 @@ _TINY_POEMS = ("床前明月光，疑是地上霜。举头望明月，低头思�
                "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\n")
 
 
-def _tiny_model_and_tok():
+@exercise
+def decode_loop(fn) -> bool:
+    """练习：``fn(model, tok, prompt, max_new_tokens, temperature, seed)`` → 提示 + 续写，与
+    gc.generate.generate(..., use_cache=False) 逐字相同。"""
+    from ..generate import generate
     from ..tokenizer import CharTokenizer
 
     tok = CharTokenizer.from_text(_TINY_POEMS)
@@ -203,16 +187,6 @@ def _tiny_model_and_tok():
         model = GPT(preset("teacher", vocab_size=tok.vocab_size, block_size=16, n_layer=2,
                            n_head=2, n_embd=32, dropout=0.0, attn_dropout=0.0,
                            resid_dropout=0.0)).eval()
-    return model, tok
-
-
-@exercise
-def decode_loop(fn) -> bool:
-    """练习：``fn(model, tok, prompt, max_new_tokens, temperature, seed)`` → 提示 + 续写，
-    与 ``gc.generate.generate(..., use_cache=False)`` 逐字相同（贪心与同一种子的采样）。"""
-    from ..generate import generate
-
-    model, tok = _tiny_model_and_tok()
     cases = [("", 30, 0.0, None), ("春", 30, 0.0, None),
              ("床前明月光，疑是地上霜。举头", 12, 0.0, None),              # 超过 block_size
              ("白", 40, 1.0, 0), ("白", 40, 1.0, 1), ("夜来", 40, 0.7, 2)]
@@ -295,8 +269,8 @@ def inverse_cdf(fn) -> bool:
 # ---------------------------------------------------------------- 第 4 节：带缓存与 RoPE 的一步
 @exercise
 def rope_cached_step(fn) -> bool:
-    """练习：``fn(q, k, v, k_cache, v_cache, cos, sin, start)`` → (y, k_all, v_all)；
-    y 必须等于"整段先按真实位置旋转、再做因果注意力"的最后一行。"""
+    """练习：``fn(q, k, v, k_cache, v_cache, cos, sin, start)`` → (y, k_all, v_all)；y 是整段按真实
+    位置旋转后因果注意力的最后一行。"""
     g = torch.Generator().manual_seed(1)
     B, H, D = 1, 2, 8
     ang = rope_angles(D, 32)
@@ -375,26 +349,17 @@ def quantize_rows(fn) -> bool:
 
 
 # ---------------------------------------------------------------- 第 6 节：二四六分明
-def _fenming_hint(line: str, got, n_want: int) -> str:
-    """把学员的结果和几种典型的错误写法逐一比较，指出最可能的那一个。"""
-    if not isinstance(got, list) or len(got) != n_want:
-        return ("五言有 1 对（第 2、4 字），七言有 2 对（第 2、4 字和第 4、6 字），"
-                f"这句应有 {n_want} 个结果")
-    for kw, hint in ((dict(pos=(0, 2, 4)), "只看第 2、4、6 字（从 0 数是下标 1、3、5）："
-                                           "一三五不论"),
-                     (dict(pos=(0, 2, 4), same=True), "看的位置不对（一三五不论，下标是 1、3、5），"
-                                                      "而且分明 = 平仄**相反**"),
-                     (dict(both_as_ping=True), "有“中”（可平可仄）或表外的字时无法判断，应为 None"),
-                     (dict(same=True), "分明 = 平仄**相反**才成立")):
-        if got == solution_fenming(line, **kw):
-            return hint
-    return ""
+_FENMING_MISTAKES = [                      # solution_fenming 模仿的典型错误 → 提示
+    (dict(pos=(0, 2, 4)), "只看第 2、4、6 字（从 0 数是下标 1、3、5）：一三五不论"),
+    (dict(pos=(0, 2, 4), same=True), "看的位置不对（一三五不论，下标是 1、3、5），"
+                                     "而且分明 = 平仄**相反**"),
+    (dict(both_as_ping=True), "有“中”（可平可仄）或表外的字时无法判断，应为 None"),
+    (dict(same=True), "分明 = 平仄**相反**才成立")]
 
 
 @exercise
 def fenming(fn) -> bool:
-    """练习：``fn(line) -> [True/False/None, …]``，与 ``gc.verse.check_tones`` 的"分明"规则逐句一致
-    （在验证集真诗和字序打乱的对照组上）。"""
+    """练习：``fn(line) -> [True/False/None, …]``，在真诗与打乱的对照组上与 check_tones 一致。"""
     from ..data import load_corpus, poems
     from ..verse import check_tones, poem_form, shuffle_chars, split_lines, tone
 
@@ -411,7 +376,11 @@ def fenming(fn) -> bool:
                 if got == want:
                     continue
                 tones = "".join(tone(c) or "？" for c in line)
-                hint = _fenming_hint(line, got, len(want))
+                hint = ("五言有 1 对（第 2、4 字），七言有 2 对（第 2、4 字和第 4、6 字），"
+                        f"这句应有 {len(want)} 个结果")
+                if isinstance(got, list) and len(got) == len(want):
+                    hint = next((h for kw, h in _FENMING_MISTAKES
+                                 if got == solution_fenming(line, **kw)), "")
                 return _fail(f"{name}：fenming({line!r})（平仄 {tones}）应为 {want}，收到 {got!r}"
                              + (f"。{hint}" if hint else ""))
     return _ok()
@@ -455,8 +424,7 @@ _RHYME_HINTS = {
 
 @exercise
 def rhyme_mask(fn) -> bool:
-    """练习：``fn(tok, feet, first) -> [V] bool``，与 ``_rhyme_variant(..., "right")``（也就是
-    ``gc.constraints.VerseConstraint`` 在韵脚位置上的掩码）一致。"""
+    """练习：``fn(tok, feet, first) -> [V] bool``，与 VerseConstraint 在韵脚位置上的掩码一致。"""
     from ..tokenizer import CharTokenizer
 
     tok = CharTokenizer.from_text(_RHYME_TEXT)
@@ -473,9 +441,7 @@ def rhyme_mask(fn) -> bool:
         missing = "".join(tok.decode([i]) for i in torch.nonzero(want & ~got).flatten().tolist())
         hint = next((h for kind, h in _RHYME_HINTS.items()
                      if torch.equal(got, _rhyme_variant(tok, feet, first, kind))), "")
+        said = [f"不该允许 {extra!r}" if extra else "", f"漏了 {missing!r}" if missing else ""]
         return _fail(f"韵脚 {feet or '（还没有）'}、首句末字 {first or '（还没有）'}："
-                     + (f"不该允许 {extra!r}" if extra else "")
-                     + ("；" if extra and missing else "")
-                     + (f"漏了 {missing!r}" if missing else "")
-                     + (f"。{hint}" if hint else ""))
+                     + "；".join(x for x in said if x) + (f"。{hint}" if hint else ""))
     return _ok()
