@@ -17,6 +17,8 @@
 - **只读普通、不压缩的文件**：FIFO、设备文件会被拒绝（否则一直等下去）；zip 里有压缩成员的
   文件会在解压之前被拒绝（防“压缩炸弹”）。
 - **安全读取**：``torch.load(weights_only=True)``，不执行文件里的任何代码。
+- **格式**：写 ``gptcourse-checkpoint-v2``；v1 文件（权重里还存着每层的因果掩码）照样能读，读时
+  迁移（:func:`_migrate` 去掉掩码，模型按 ``block_size`` 自己建）。
 - ``resume`` 先检查全部内容（配置、词表、权重形状、优化器分组与状态形状、随机数状态），
   全部没问题才改动模型和优化器。
 """
@@ -42,7 +44,8 @@ from .model import GPT
 from .runtime import DATA_DIR
 from .tokenizer import CharTokenizer, Tokenizer, check_dict
 
-FORMAT = "gptcourse-checkpoint-v1"
+FORMAT = "gptcourse-checkpoint-v2"    # v2：权重里没有因果掩码（模型按 block_size 自己建）
+V1 = "gptcourse-checkpoint-v1"        # 仍然能读：读的时候迁移成 v2，见 _migrate
 REQUIRED_KEYS = ("config", "model", "tokenizer", "step", "optimizer", "rng", "meta")
 SHIPPED = DATA_DIR / "checkpoints" / "course.pt"     # 随课程发布的预训练模型
 
@@ -285,13 +288,23 @@ def load_raw(path: str | Path | None = None, map_location="cpu",
         first = (str(e).strip().splitlines() or [""])[0][:120]
         raise CheckpointError(f"{path.name} 不是可读取的 PyTorch 检查点（{type(e).__name__}: "
                               f"{first}）") from e
-    if not isinstance(obj, dict) or obj.get("format") != FORMAT:
+    if not isinstance(obj, dict) or obj.get("format") not in (FORMAT, V1):
         raise CheckpointError(f"{path.name} 不是 gptcourse 检查点（缺少 format={FORMAT!r}）")
     missing = [k for k in REQUIRED_KEYS if k not in obj]
     if missing:
         raise CheckpointError(f"{path.name} 缺少字段 {missing}，文件不完整")
     _check_fields(obj, path.name)
     _verify(obj, path.name, _trust_from_env() if trust_unverified is None else trust_unverified)
+    return _migrate(obj)
+
+
+def _migrate(obj: dict) -> dict:
+    """v1 → v2。v1 把每层的因果掩码（``blocks.N.attn.mask``，一个不训练的布尔 buffer）也存进了
+    权重；v2 的模型把它登记为 ``persistent=False``，按 ``block_size`` 自己建。读 v1 文件时去掉这些键
+    ——在核对校验和之后，所以文件本身照旧按保存时的内容核对；文件里的掩码即使被改过也不会被用上。"""
+    if obj["format"] == V1:
+        obj["model"] = {k: v for k, v in obj["model"].items() if not k.endswith(".attn.mask")}
+        obj["format"] = FORMAT
     return obj
 
 
@@ -337,8 +350,8 @@ def _verify(obj: dict, name: str, trust_unverified: bool) -> None:
 
 
 def upgrade(src: str | Path, dst: str | Path) -> Path:
-    """把校验和不完整的旧检查点（你确认可信的）重存为新格式：全部字段、权重一字不改，只补上
-    覆盖全部字段的校验和。``dst`` 可以等于 ``src``（原子替换）。"""
+    """把旧检查点（你确认可信的）重存为新格式：补上覆盖全部字段的校验和，v1 迁移成 v2（去掉
+    存着的因果掩码）；其余字段与权重一字不改。``dst`` 可以等于 ``src``（原子替换）。"""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UnverifiedCheckpointWarning)
         obj = load_raw(src, trust_unverified=True)

@@ -147,9 +147,10 @@ class CausalSelfAttention(nn.Module):
         self.attn_p, self.resid_drop = cfg.attn_dropout, nn.Dropout(cfg.resid_dropout)
         self.use_sdpa = cfg.attention == "sdpa"
         self.use_rope = cfg.pos == "rope"
-        # 因果掩码：下三角为 True（可以看）。buffer 会随 .to(device) 移动、存进 state_dict，但不训练
+        # 因果掩码：下三角为 True（可以看）。buffer 随 .to(device) 移动、不训练；persistent=False：
+        # 它完全由 block_size 决定，不存进 state_dict（检查点里也就没有一份可以被改坏的掩码）
         self.register_buffer("mask", torch.tril(torch.ones(cfg.block_size, cfg.block_size,
-                                                           dtype=torch.bool)))
+                                                           dtype=torch.bool)), persistent=False)
         self._record: dict | None = None         # record_attention() 期间：在这里留下分数与权重
 
     def split_qkv(self, x: torch.Tensor):

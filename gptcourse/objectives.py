@@ -9,6 +9,8 @@
 - **不重韵（norepeat）**：没有头，直接作用在语言模型的输出上：在第 2 个及以后的韵脚的前一个位置，
   压低这首诗**已经用过的韵脚字**的概率（“反似然”损失 −log(1 − Σ p(用过的字))，Welleck 等 2019）。
   韵部头让模型知道该押哪个韵部，却也让它最省事地把上一个韵脚字再抄一遍（重韵）；这一项专门管这个。
+- **首句加权（firstline）**：也没有头：带《题》的诗，正文第一句的字再算一遍语言模型的交叉熵。
+  第一句离题目最近、最该由题目决定；加权让“读题”在损失里更重。
 
 标签与 id 序列等长，记在“那个字”的位置上（不是它前一个位置）；取批次时像目标 y 一样错一位取出
 （:func:`gptcourse.train.train` 用同一个随机数生成器取两次），于是第 t 个位置的头预测第 t + 1 个字的
@@ -102,6 +104,28 @@ class RepeatPenalty(nn.Module):
         return f"name={self.name!r}, weight={self.weight}"
 
 
+class FirstLine(nn.Module):
+    """首句加权：带《题》的诗正文第一句上，语言模型的交叉熵再算一遍（没有参数，读 logits）。
+
+    标签 [N]：这些位置记这个字自己的 id（像目标 y 一样错一位取出，于是预测的正是它），其余 −1。
+    总损失里它占 weight × 首句平均交叉熵：首句的每个字在损失里的分量大约是别的字的
+    1 + weight × (全部要算的位置数 / 首句的位置数) 倍。"""
+
+    uses_logits = True
+
+    def __init__(self, labels: dict[str, torch.Tensor], weight: float = 1.0):
+        super().__init__()
+        self.name, self.classes, self.labels = "firstline", (), labels
+        self.weight = check_weight("firstline", weight)
+
+    def loss(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """logits [B, T, V]，ids [B, T]（−1 = 不算）→ 标量。"""
+        return masked_cross_entropy(logits, ids)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, weight={self.weight}"
+
+
 class WithObjectives(nn.Module):
     """训练时做前向的模块：(x, y, *辅助标签) → (各项损失 [1 + n]（不求梯度）, 总损失)。"""
 
@@ -189,8 +213,25 @@ def used_rhyme_labels(ids: torch.Tensor, tok) -> torch.Tensor:
     return out
 
 
-BUILDERS = {"rhyme": (rhyme_labels, PING_GROUPS), "tones": (tone_labels, TONE_CLASSES),
-            "norepeat": (used_rhyme_labels, None)}
+def first_line_labels(ids: torch.Tensor, tok) -> torch.Tensor:
+    """与 ids 等长：带《题》的诗，正文第一句（到第一个句末标点为止，不含标点）的位置记这个字的 id，
+    其余 −1。不带题目的诗不算：它们的第一句没有可读的题目。"""
+    close = tok.encode(CLOSE, errors="unk")
+    out = torch.full((len(ids),), -1, dtype=torch.long)
+    for offset, poem in _poems(ids, tok):
+        spans = verse.line_spans(poem)
+        if offset == 0 or ids[offset - 1:offset].tolist() != close or not spans:
+            continue
+        a, b, _ = spans[0]
+        out[offset + a:offset + b] = ids[offset + a:offset + b]
+    return out
+
+
+# 名字 → (标签函数, 类别（有头的目标）或没有头、直接读 logits 的类, 语料里要有什么样的诗)
+BUILDERS = {"rhyme": (rhyme_labels, PING_GROUPS, "合乎诗体、押平声韵的诗"),
+            "tones": (tone_labels, TONE_CLASSES, "合乎诗体的诗"),
+            "norepeat": (used_rhyme_labels, RepeatPenalty, "合乎诗体、押平声韵的诗"),
+            "firstline": (first_line_labels, FirstLine, "带《题》的诗（--titled）")}
 
 
 def parse(spec: str | None) -> dict[str, float | None]:
@@ -226,15 +267,14 @@ def build(names, splits: dict[str, torch.Tensor], tok, n_embd: int,
     for name, w in weights.items():
         if name not in BUILDERS:
             raise UserError(f"没有叫 {name!r} 的辅助目标；可用：{'、'.join(BUILDERS)}")
-        fn, classes = BUILDERS[name]
+        fn, classes, needs = BUILDERS[name]
         w = check_weight(name, weight if w is None else w)          # 先查权重，再算标签
         labels = {split: fn(ids, tok) for split, ids in splits.items()}
         first = "train" if "train" in labels else next(iter(labels), None)
         if first is not None and not bool((labels[first] >= 0).any()):
             raise UserError(
-                f"辅助目标 {name} 在 {first} 里一个标签也没有：需要合乎诗体"
-                f"{'、押平声韵' if name != 'tones' else ''}的诗，而且分词器一个词元一个字"
+                f"辅助目标 {name} 在 {first} 里一个标签也没有：需要{needs}，而且分词器一个词元一个字"
                 f"（{type(tok).__name__}）。这样的辅助损失一直是 0，不起作用；换一个语料，或去掉它")
-        objectives.append(RepeatPenalty(labels, w) if classes is None
+        objectives.append(classes(labels, w) if isinstance(classes, type)
                           else Objective(name, n_embd, classes, labels, w))
     return objectives

@@ -22,7 +22,7 @@ class _Attn(nn.Module):
         self.qkv = nn.Linear(C, 3 * C, bias=cfg.bias)
         self.proj = nn.Linear(C, C, bias=cfg.bias)
         self.register_buffer("mask", torch.tril(torch.ones(cfg.block_size, cfg.block_size,
-                                                           dtype=torch.bool)))
+                                                           dtype=torch.bool)), persistent=False)
 
     def forward(self, x, rope=None):
         B, T, C = x.shape

@@ -228,3 +228,52 @@ def test_resume_matches_uninterrupted_run(tmp_path, tok, ids, kind):
     assert [r["lr"] for r in resumed.steps] == [r["lr"] for r in full.steps]
     assert [(e["step"], e["val"]) for e in resumed.evals] == \
         [(e["step"], e["val"]) for e in full.evals]
+
+
+def _as_v1(path, mask_value=None):
+    """把一个 v2 文件改写成 v1 的样子：每层的因果掩码也在权重里（v1 就是这样存的），校验和照 v1 的
+    文件那样覆盖全部字段。``mask_value`` 不是 None 时，存进去的掩码被改坏成全 True/全 False。"""
+    obj = torch.load(path, weights_only=True)
+    cfg = obj["config"]
+    tril = torch.tril(torch.ones(cfg["block_size"], cfg["block_size"], dtype=torch.bool))
+    for i in range(cfg["n_layer"]):
+        obj["model"][f"blocks.{i}.attn.mask"] = tril if mask_value is None else \
+            torch.full_like(tril, mask_value)
+    obj["format"] = checkpoint.V1
+    obj["sha256"] = checkpoint.payload_sha256(obj)
+    torch.save(obj, path)
+
+
+def test_saves_v2_without_the_mask_and_reads_v1_by_dropping_it(tmp_path, tok, ids):
+    model = tiny(tok)
+    path = checkpoint.save(tmp_path / "m.pt", model, tok)
+    raw = checkpoint.load_raw(path)
+    assert raw["format"] == checkpoint.FORMAT == "gptcourse-checkpoint-v2"
+    assert not any(k.endswith(".attn.mask") for k in raw["model"])
+    _as_v1(path)
+    assert torch.load(path, weights_only=True)["format"] == checkpoint.V1
+    loaded = checkpoint.load(path)[0]
+    same_weights(model, loaded)
+    x = ids[None, :16]
+    torch.testing.assert_close(loaded(x)[0], model.eval()(x)[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_tampered_v1_mask_is_never_used(tmp_path, tok, value):
+    """v1 文件里的掩码被改成全 True（看得见未来）或全 False：读进来的模型照样是因果的。"""
+    model = tiny(tok)
+    path = checkpoint.save(tmp_path / "m.pt", model, tok)
+    _as_v1(path, mask_value=value)
+    loaded = checkpoint.load(path)[0]
+    for blk in loaded.blocks:
+        assert torch.equal(blk.attn.mask, torch.tril(torch.ones(16, 16, dtype=torch.bool)))
+
+
+def test_the_shipped_checkpoint_is_v1_and_upgrades_to_v2(tmp_path):
+    """随课程发布的 course.pt 是 v1 写的：它每次被读都走一遍迁移；upgrade 把它重存成 v2。"""
+    assert torch.load(checkpoint.SHIPPED, weights_only=True, mmap=True)["format"] == checkpoint.V1
+    model = checkpoint.load()[0]
+    new = checkpoint.upgrade(checkpoint.SHIPPED, tmp_path / "course_v2.pt")
+    raw = checkpoint.load_raw(new)
+    assert raw["format"] == checkpoint.FORMAT and "blocks.0.attn.mask" not in raw["model"]
+    same_weights(model, checkpoint.load(new)[0])

@@ -293,9 +293,10 @@ def test_weight_tying_shares_one_tensor():
     assert untied.lm_head.weight is not untied.tok_emb.weight
 
 
-def test_mask_is_a_buffer_not_a_parameter():
+def test_mask_is_a_buffer_not_a_parameter_and_not_saved():
     model = build("mini")
-    assert "blocks.0.attn.mask" in model.state_dict()
+    assert "blocks.0.attn.mask" in dict(model.named_buffers())      # 随 .to(device) 移动……
+    assert not any("mask" in k for k in model.state_dict())         # ……但不存：由 block_size 决定
     assert all("mask" not in n for n, _ in model.named_parameters())
     m = model.blocks[0].attn.mask
     assert m.dtype == torch.bool and torch.equal(m, torch.tril(torch.ones(64, 64)).bool())

@@ -139,6 +139,36 @@ def test_used_rhyme_labels_list_earlier_feet_of_the_same_poem(tok):
     assert got == {(23, "楼"): ["流"]}                  # 第 2 个韵脚记第 1 个；仄韵的《春晓》没有
 
 
+def test_first_line_labels_are_the_first_line_of_titled_poems_only(tok):
+    labels = objectives.first_line_labels(ids_of(tok), tok)
+    start = TEXT.index("《春晓》") + len("《春晓》")
+    second = TEXT.index("《登楼》") + len("《登楼》")
+    got = marked(labels)
+    assert "".join(c for _, c in got) == "春眠不觉晓白日依山尽"       # 只有带题目的诗、只有第一句
+    assert min(got)[0] == start and max(got)[0] == second + 4
+    assert all(v == int(ids_of(tok)[i]) for (i, _), v in got.items())   # 标签就是这个字自己
+
+
+def test_first_line_boost_is_the_lm_loss_on_those_positions(tok):
+    torch.manual_seed(0)
+    ids = ids_of(tok)
+    labels = objectives.first_line_labels(ids, tok)
+    x, y, aux = ids[None, :-1], ids[None, 1:], labels[None, 1:]
+    model = GPT(preset("teacher", vocab_size=tok.vocab_size, block_size=128, n_layer=1,
+                       n_head=2, n_embd=16)).eval()          # eval：两次前向没有 dropout 的差别
+    boost = objectives.FirstLine({}, weight=0.5)
+    parts, total = WithObjectives(model, [boost])(x, y, aux)
+    logits = model(x)[0]
+    keep = aux >= 0
+    want = torch.nn.functional.cross_entropy(logits[keep], y[keep])
+    torch.testing.assert_close(parts[1], want.detach())
+    torch.testing.assert_close(total, parts[0] + 0.5 * parts[1])
+    (built,) = objectives.build(["firstline"], {"train": ids}, tok, 16, weight=0.2)
+    assert isinstance(built, objectives.FirstLine) and built.weight == 0.2
+    with pytest.raises(objectives.UserError, match="带《题》的诗"):
+        objectives.build(["firstline"], {"train": ids_of(tok, f"\n{DENG}\n")}, tok, 16)
+
+
 def test_repeat_penalty_lowers_the_probability_of_used_rhymes():
     torch.manual_seed(0)
     logits = torch.zeros(1, 3, 5, requires_grad=True)                 # 均匀：每个字 0.2
