@@ -273,8 +273,9 @@ def build(names, splits: dict[str, torch.Tensor], tok, n_embd: int,
         first = "train" if "train" in labels else next(iter(labels), None)
         if first is not None and not bool((labels[first] >= 0).any()):
             raise UserError(
-                f"辅助目标 {name} 在 {first} 里一个标签也没有：需要{needs}，而且分词器一个词元一个字"
-                f"（{type(tok).__name__}）。这样的辅助损失一直是 0，不起作用；换一个语料，或去掉它")
+                f"辅助目标 {name} 在 {first} 里一个标签也没有：需要{needs}，"
+                f"而且分词器一个词元一个字（{type(tok).__name__}）。"
+                "这样的辅助损失一直是 0，不起作用；换一个语料，或去掉它")
         objectives.append(classes(labels, w) if isinstance(classes, type)
                           else Objective(name, n_embd, classes, labels, w))
     return objectives
