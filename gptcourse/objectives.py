@@ -78,18 +78,28 @@ class Objective(nn.Module):
         return f"name={self.name!r}, weight={self.weight}"
 
 
-class RepeatPenalty(nn.Module):
+class OnLogits(nn.Module):
+    """没有头、直接读语言模型 logits 的辅助目标：名字、权重、每个划分的标签（子类写 ``loss``）。"""
+
+    uses_logits = True
+    NAME = ""
+
+    def __init__(self, labels: dict[str, torch.Tensor], weight: float = 1.0):
+        super().__init__()
+        self.name, self.classes, self.labels = self.NAME, (), labels
+        self.weight = check_weight(self.NAME, weight)
+
+    def extra_repr(self) -> str:
+        return f"name={self.name!r}, weight={self.weight}"
+
+
+class RepeatPenalty(OnLogits):
     """不重韵：韵脚位置上这首诗已经用过的韵脚字的“反似然”损失。没有参数，读语言模型的 logits。
 
     标签 [N, MAX_FEET]：第 2 个及以后的韵脚字的位置上记前面各韵脚字的 id（去重、不含这个字本身），
     其余 −1。损失 = 有标签的位置上 −log(1 − Σ p(用过的字)) 的平均（没有时为 0）。"""
 
-    uses_logits = True
-
-    def __init__(self, labels: dict[str, torch.Tensor], weight: float = 1.0):
-        super().__init__()
-        self.name, self.classes, self.labels = "norepeat", (), labels
-        self.weight = check_weight("norepeat", weight)
+    NAME = "norepeat"
 
     def loss(self, logits: torch.Tensor, used: torch.Tensor) -> torch.Tensor:
         """logits [B, T, V]，used [B, T, K]（−1 = 空）→ 标量。"""
@@ -100,30 +110,19 @@ class RepeatPenalty(nn.Module):
         ul = -torch.log1p(-p_used.clamp(max=1 - 1e-6))
         return (ul * rows).sum() / rows.sum().clamp(min=1)
 
-    def extra_repr(self) -> str:
-        return f"name={self.name!r}, weight={self.weight}"
 
-
-class FirstLine(nn.Module):
+class FirstLine(OnLogits):
     """首句加权：带《题》的诗正文第一句上，语言模型的交叉熵再算一遍（没有参数，读 logits）。
 
     标签 [N]：这些位置记这个字自己的 id（像目标 y 一样错一位取出，于是预测的正是它），其余 −1。
     总损失里它占 weight × 首句平均交叉熵：首句的每个字在损失里的分量大约是别的字的
     1 + weight × (全部要算的位置数 / 首句的位置数) 倍。"""
 
-    uses_logits = True
-
-    def __init__(self, labels: dict[str, torch.Tensor], weight: float = 1.0):
-        super().__init__()
-        self.name, self.classes, self.labels = "firstline", (), labels
-        self.weight = check_weight("firstline", weight)
+    NAME = "firstline"
 
     def loss(self, logits: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
         """logits [B, T, V]，ids [B, T]（−1 = 不算）→ 标量。"""
         return masked_cross_entropy(logits, ids)
-
-    def extra_repr(self) -> str:
-        return f"name={self.name!r}, weight={self.weight}"
 
 
 class WithObjectives(nn.Module):
