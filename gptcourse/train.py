@@ -30,7 +30,7 @@ from . import checkpoint
 from . import distributed as dist_utils
 from .data import Corpus, get_batch, poem_starts
 from .errors import UserError
-from .model import GPT
+from .model import GPT, eval_mode
 from .objectives import Objective, WithObjectives
 from .precision import BF16_MODES, Bf16Weights, resolve_bf16
 from .titled import encode as encode_titled
@@ -298,22 +298,20 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, torch.Tensor], batch
                   block_size: int, n_batches: int = 20, seed: int = 1234,
                   starts: dict[str, torch.Tensor] | None = None,
                   targets: dict[str, torch.Tensor] | None = None) -> dict[str, float]:
-    """eval 模式、不求梯度，对每个划分取 n_batches 个固定随机批次的平均损失，然后切回 train。
+    """eval 模式、不求梯度，对每个划分取 n_batches 个固定随机批次的平均损失，之后恢复原来的模式。
 
     ``starts`` 可以给某些划分指定窗口起点（例如按诗对齐，见 :func:`gptcourse.data.poem_starts`）；
     ``targets`` 给某些划分指定目标序列（−1 = 不算损失，见 :func:`gptcourse.data.get_batch`）。
     """
-    was_training = model.training
-    model.eval()
     device = next(model.parameters()).device
     out = {}
-    for name, data in splits.items():
-        g = torch.Generator().manual_seed(seed)                    # 每次评估用同一批窗口
-        s, y = (starts or {}).get(name), (targets or {}).get(name)
-        losses = [model(*get_batch(data, batch_size, block_size, device, g, s, y))[1].item()
-                  for _ in range(n_batches)]
-        out[name] = sum(losses) / len(losses)
-    model.train(was_training)
+    with eval_mode(model):
+        for name, data in splits.items():
+            g = torch.Generator().manual_seed(seed)                # 每次评估用同一批窗口
+            s, y = (starts or {}).get(name), (targets or {}).get(name)
+            losses = [model(*get_batch(data, batch_size, block_size, device, g, s, y))[1].item()
+                      for _ in range(n_batches)]
+            out[name] = sum(losses) / len(losses)
     return out
 
 
@@ -537,15 +535,13 @@ def estimate_objectives(with_heads: WithObjectives, val_data: torch.Tensor, batc
                         n_batches: int = 20, seed: int = 1234, starts=None,
                         targets=None) -> dict[str, float]:
     """验证集上各辅助目标的平均损失 {"aux_<名字>": …}：eval 模式，与 estimate_loss 同样的窗口。"""
-    was_training = with_heads.training
-    with_heads.eval()
     objectives = tuple(with_heads.objectives)
     gens = [torch.Generator().manual_seed(seed) for _ in range(1 + len(objectives))]
     batches = _batches(val_data, "val", gens, n_batches, batch_size,
                        with_heads.model.config.block_size, next(with_heads.parameters()).device,
                        starts, targets, objectives)
-    sums = sum(with_heads(*batch)[0][1:].double() for batch in batches)
-    with_heads.train(was_training)
+    with eval_mode(with_heads):
+        sums = sum(with_heads(*batch)[0][1:].double() for batch in batches)
     return {f"aux_{o.name}": v / n_batches for o, v in zip(objectives, sums.tolist())}
 
 

@@ -127,8 +127,8 @@ def test_every_exercise_has_a_wrong_answer_test():
 
 def test_buggy_attention_really_is_buggy():
     q = k = v = torch.randn(1, 1, 4, 8)
-    assert torch.isnan(nb04.buggy_attention(q, k, v)).any()
-    assert gc.check.nb04.fix_attention(nb04.buggy_attention) is False
+    assert torch.isnan(gc.mistakes.buggy_attention(q, k, v)).any()
+    assert gc.check.nb04.fix_attention(gc.mistakes.buggy_attention) is False
 
 
 def test_the_teacher_solutions_agree_with_the_package(teacher):

@@ -6,7 +6,12 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..mistakes.attention import merge_heads
+from ..mistakes.attention import (
+    attention_no_mask,
+    attention_scaled_by_n_embd,
+    attention_softmax_wrong_dim,
+    merge_heads,
+)
 from ..model import causal_attention
 from ._common import _fail, _got, _ok, choice, exercise, register
 from .nb02_model import (  # noqa: F401  本章的检查器都从 gc.check.nb02 取
@@ -15,7 +20,6 @@ from .nb02_model import (  # noqa: F401  本章的检查器都从 gc.check.nb02 
     _which,
     gpt_block,
     gpt_model,
-    leak_test,
     leaky_model,
     param_count,
     reference_attention_module,
@@ -113,16 +117,17 @@ def scaled_attention(fn) -> bool:
         return _fail("输出里有 NaN：True/False 用反了。这里 True = 可以看，"
                      "要填 −∞ 的是 ~mask（看不见的位置）")
 
-    def sdpa(scale=None, is_causal=True):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, scale=scale)
+    def sdpa(scale):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
 
     scores = q @ k.transpose(-2, -1) / math.sqrt(8)
-    wrong = [(sdpa(is_causal=False),
+    wrong = [(attention_no_mask(q, k, v),
               "没有用掩码：每个位置都看到了未来（把 mask 为 False 的分数填成 −∞）"),
              (sdpa(1.0), "忘了除以 √D（D = head_dim）：分数太大，softmax 会饱和"),
-             (sdpa(1 / math.sqrt(3 * 8)), "除以的是 √(n_embd) = √(H·D)，应该除以 √(head_dim)"),
+             (attention_scaled_by_n_embd(q, k, v),
+              "除以的是 √(n_embd) = √(H·D)，应该除以 √(head_dim)"),
              (sdpa(1 / 8), "除以的是 D，应该除以 √D"),
-             (torch.nan_to_num(F.softmax(scores.masked_fill(~causal, float("-inf")), dim=-2)) @ v,
+             (attention_softmax_wrong_dim(q, k, v),
               "softmax 的维度不对：应在最后一维（键）上归一化，dim=-1"),
              (F.softmax(scores, dim=-1) * causal @ v,
               "掩码放在了 softmax 之后：被遮住的权重变成 0，但每行之和不再是 1。"

@@ -10,7 +10,6 @@ import torch.nn.functional as F
 
 from ..acceptance import distinct_n
 from ..evaluate import metrics_from_loss
-from ..model import causal_attention
 from ..verse import poem_form
 from ._common import _compare, _fail, _got, _ok, choice, exercise, register, results  # noqa: F401
 
@@ -18,16 +17,6 @@ EXERCISES = ("bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zi
              "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
              "fix_attention", "distinct_ngrams", "slow_token_losses", "bootstrap_interval")
 __all__ = list(EXERCISES)
-
-
-# ---------------------------------------------------------------- 练习里要找错的函数
-def buggy_attention(q, k, v):
-    """[B, H, T, D] → [B, H, T, D] 的因果注意力——但有一个 bug，你能找到吗？"""
-    T, D = q.shape[-2], q.shape[-1]
-    att = q @ k.transpose(-2, -1) / math.sqrt(D)
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)
-    att = att.masked_fill(~mask, float("-inf"))
-    return F.softmax(att, dim=-1) @ v
 
 
 # ---------------------------------------------------------------- 学生版的代替品（包里没有的）
@@ -121,25 +110,6 @@ def form_checker(fn) -> bool:
     return _compare(fn, poem_form, [(poem,) for poem in FORM_CASES], "form_checker")
 
 
-def _leaky_attention(q, k, v, open_up):
-    """[B, H, T, D] → [B, H, T, D]：因果掩码被 ``open_up(mask)`` 打开了几处的注意力。"""
-    T = q.shape[-2]
-    mask = torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))     # [T, T]
-    open_up(mask)
-    return causal_attention(q, k, v, mask)[0]
-
-
-# 模块级的具名函数（不是闭包）：判分时模型要按名字送进裁判进程
-def attention_late_leak(q, k, v):
-    """掩码只管住了前 8 个位置，第 8 个位置起能看见后面所有的字。"""
-    return _leaky_attention(q, k, v, lambda m: m[8:].fill_(True))
-
-
-def attention_pair_leak(q, k, v):
-    """只有一处漏洞：第 2 个位置能看见第 3 个位置。"""
-    return _leaky_attention(q, k, v, lambda m: m[2, 3].fill_(True))
-
-
 _NOT_ALL_T = ("：只检查了开头几个位置吗？泄漏可能只发生在后面的位置——改掉第 t 个位置之后的字，"
               "要比较第 0…t 个位置的全部输出，而且每个 t 都要试")
 
@@ -160,9 +130,9 @@ def _leak_models():
             ("softmax 维度错了的 GPT", True, gpt(core=mk.attention_softmax_wrong_dim), ""),
             ("合并多头没转置的 GPT", True, gpt(merge=mk.merge_heads_no_transpose), ""),
             ("只有后半段泄漏的 GPT（第 8 个位置起）", True,
-             gpt(core=attention_late_leak), _NOT_ALL_T),
+             gpt(core=mk.attention_late_leak), _NOT_ALL_T),
             ("只在一对位置之间泄漏的 GPT（第 2 个位置能看见第 3 个）", True,
-             gpt(core=attention_pair_leak), _NOT_ALL_T)]
+             gpt(core=mk.attention_pair_leak), _NOT_ALL_T)]
 
 
 @exercise
@@ -178,7 +148,7 @@ def future_leak_test(fn) -> bool:
 
 @exercise
 def fix_attention(fn) -> bool:
-    """练习：找出 ``buggy_attention`` 的 bug，写出修好的 ``fn(q, k, v)``。"""
+    """练习：找出 ``gc.mistakes.buggy_attention`` 的 bug，写出修好的 ``fn(q, k, v)``。"""
     g = torch.Generator().manual_seed(4)
     for shape in ((1, 1, 1, 4), (2, 4, 8, 16), (1, 2, 5, 8)):
         q, k, v = (torch.randn(*shape, generator=g) for _ in range(3))

@@ -17,10 +17,13 @@ from ..data import get_batch
 from ..model import GPT
 from .attention import (
     attention_core,
+    attention_late_leak,
     attention_no_mask,
+    attention_pair_leak,
     attention_scaled_by_n_embd,
     attention_softmax_wrong_dim,
     attention_weights,
+    buggy_attention,
     check_attention_scale,
     check_matches_reference,
     check_merge_heads,

@@ -13,7 +13,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import UserError
-from ..model import GPT, CausalSelfAttention, causal_attention
+from ..model import GPT, CausalSelfAttention, causal_attention, eval_mode
 from ..rope import apply_rope
 from .common import Diagnosis
 
@@ -63,6 +63,33 @@ def merge_heads_no_transpose(y):
     return y.reshape(B, T, H * D)
 
 
+def buggy_attention(q, k, v):
+    """[B, H, T, D] → [B, H, T, D] 的因果注意力——但有一个 bug，你能找到吗？"""
+    T, D = q.shape[-2], q.shape[-1]
+    att = q @ k.transpose(-2, -1) / math.sqrt(D)
+    mask = torch.tril(torch.ones(T, T, dtype=torch.bool), diagonal=-1)
+    att = att.masked_fill(~mask, float("-inf"))
+    return F.softmax(att, dim=-1) @ v
+
+
+def _leaky(q, k, v, open_up):
+    """[B, H, T, D] → [B, H, T, D]：因果掩码被 ``open_up(mask)`` 打开了几处的注意力。"""
+    mask = _causal(q)                                                         # [T, T]
+    open_up(mask)
+    return causal_attention(q, k, v, mask)[0]
+
+
+# 模块级的具名函数（不是闭包）：判分时模型要按名字送进裁判进程
+def attention_late_leak(q, k, v):
+    """错误：掩码只管住了前 8 个位置，第 8 个位置起能看见后面所有的字。"""
+    return _leaky(q, k, v, lambda m: m[8:].fill_(True))
+
+
+def attention_pair_leak(q, k, v):
+    """错误：只有一处漏洞——第 2 个位置能看见第 3 个位置。"""
+    return _leaky(q, k, v, lambda m: m[2, 3].fill_(True))
+
+
 # ---------------------------------------------------------------- 装进真实模型
 class GalleryAttention(nn.Module):
     """借用一个 CausalSelfAttention 的权重，但注意力核心与合并多头换成给定的函数。"""
@@ -92,32 +119,33 @@ def gallery_model(cfg, core=attention_core, merge=merge_heads) -> GPT:
 
 
 # ---------------------------------------------------------------- 检查
+def _logits(out) -> torch.Tensor:
+    return out[0] if isinstance(out, tuple) else out      # GPT：(logits, loss)；学员的：logits
+
+
 @torch.no_grad()
-@torch.no_grad()
-def leak_test(model, seed: int = 0) -> float:
+def leak_test(model, seed: int = 0, T: int | None = None) -> float:
     """泄漏测试：对每个 t，改掉位置 t 之后的所有字，看位置 0…t 的 logits 最多变了多少；
-    返回所有 t 里的最大变化（正确的模型 = 0）。每个 t 都要试：泄漏可能只发生在某一对位置之间。"""
+    返回所有 t 里的最大变化（正确的模型 = 0；输出里有 NaN 时是 NaN）。每个 t 都要试：泄漏可能
+    只发生在某一对位置之间。``T`` 默认是 ``model.config.block_size``。"""
     g = torch.Generator().manual_seed(seed)
-    V, T = model.config.vocab_size, model.config.block_size
-    was = model.training
-    model.eval()                                           # dropout 会让两次前向本来就不同
-    idx = torch.randint(V, (2, T), generator=g)
-    a, _ = model(idx)
-    worst = 0.0
-    for t in range(T - 1):
-        changed = idx.clone()
-        changed[:, t + 1:] = (idx[:, t + 1:] + 1 + torch.randint(V - 1, (2, T - t - 1),
-                                                                 generator=g)) % V   # 每个都变
-        b, _ = model(changed)
-        worst = max(worst, float((a[:, :t + 1] - b[:, :t + 1]).abs().max()))
-    model.train(was)
-    return worst
+    V, T = model.tok_emb.num_embeddings, T or model.config.block_size
+    idx = torch.randint(V, (2, T), generator=g)                              # [2, T]
+    diffs = []
+    with eval_mode(model):                                  # dropout 会让两次前向本来就不同
+        a = _logits(model(idx))
+        for t in range(T - 1):
+            changed = idx.clone()
+            changed[:, t + 1:] = (idx[:, t + 1:] + 1 + torch.randint(
+                V - 1, (2, T - t - 1), generator=g)) % V                       # 每个都变
+            diffs.append((a[:, :t + 1] - _logits(model(changed))[:, :t + 1]).abs().max())
+    return float(torch.stack(diffs).max()) if diffs else 0.0                 # max 保留 NaN
 
 
 def check_no_future_leak(model, tol: float = 1e-5) -> Diagnosis:
     """改动"未来"的字，过去位置的输出必须一动不动。"""
     diff = leak_test(model)
-    if diff > tol:
+    if not diff <= tol:                                     # NaN 也算没通过
         return Diagnosis(False, f"改动后面的字，前面位置的 logits 最多变了 {diff:.3g}："
                                 "模型偷看了未来")
     return Diagnosis(True, f"前面位置的 logits 完全不受后面的字影响（最大变化 {diff:.1g}）")
