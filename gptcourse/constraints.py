@@ -54,6 +54,7 @@ from .verse import (
     group_names,
     is_hanzi,
     ping_groups,
+    require_form,
     resolve_group,
     rhyme_lines,
     tone,
@@ -148,8 +149,8 @@ class VerseConstraint:
                  device=None):
         if form is None and not acrostic and not (rhyme or rhyme_group is not None or tones):
             raise UserError("VerseConstraint 需要诗体 form、藏头 acrostic 或押韵/平仄约束之一")
-        if form is not None and form not in FORMS:
-            raise UserError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
+        if form is not None:
+            require_form(form)
         vocab = self._vocab = _vocab(tok, device)
         self._id = vocab.id
         if COMMA not in self._id or PERIOD not in self._id:

@@ -45,7 +45,7 @@ from .sampling import (
 )
 from .titles import OPEN, check_title, format_title
 from .titles import strip as strip_title
-from .verse import FORMS
+from .verse import require_form
 
 DEFAULT_MAX_NEW_TOKENS = 100
 MAX_NEW_TOKENS_PER_BLOCK = 64     # max_new_tokens 的上限 = 64 × block_size（course：8192）
@@ -106,8 +106,8 @@ class VerseSpec:
     def __post_init__(self):
         if self.title is not None:
             object.__setattr__(self, "title", check_title(self.title))
-        if self.form is not None and (not isinstance(self.form, str) or self.form not in FORMS):
-            raise UserError(f"未知的诗体 {self.form!r}；可选：{'、'.join(FORMS)}")
+        if self.form is not None:
+            require_form(self.form)
         for name in ("acrostic", "rhyme_group"):
             v = getattr(self, name)
             if v is not None and not isinstance(v, str):

@@ -135,10 +135,17 @@ def is_valid_form(poem: str) -> bool:
     return poem_form(poem) is not None
 
 
+def require_form(form) -> str:
+    """``form`` 是 ``FORMS`` 里的诗体名时原样返回，否则抛出 UserError（列出可选的诗体）。"""
+    if not isinstance(form, str) or form not in FORMS:
+        raise UserError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
+    return form
+
+
 def check_form(poem: str, form: str | None = None, acrostic: str | None = None) -> bool:
     """一首完整的诗是否是近体诗，且（给了的话）是 form 这一体、各句首字依次是 acrostic。"""
-    if form is not None and form not in FORMS:
-        raise UserError(f"未知的诗体 {form!r}；可选：{'、'.join(FORMS)}")
+    if form is not None:
+        require_form(form)
     found = poem_form(poem)
     if found is None or (form is not None and found != form):
         return False
