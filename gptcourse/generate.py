@@ -33,7 +33,7 @@ import torch
 from .constraints import RELAXED, VerseConstraint
 from .errors import UserError
 from .fastdecode import DTYPES, cached_decoder, decoder_for
-from .model import eval_mode
+from .model import eval_mode, kv_cache_bytes
 from .sampling import (
     NEG_INF,
     SamplingParams,
@@ -85,7 +85,8 @@ def rows_per_batch(model) -> int:
     """一批最多几行：KV 缓存按批分配，每行 n_layer × 2 × block_size × n_embd 个数，一批不超过
     ``CACHE_BUDGET`` 字节（course：每行 1 MiB → 256 行一批）。"""
     c = model.config
-    per_row = c.n_layer * 2 * c.block_size * c.n_embd * next(model.parameters()).element_size()
+    per_row = kv_cache_bytes(c.n_layer, 1, c.block_size, c.n_embd,
+                             next(model.parameters()).element_size())
     return max(1, CACHE_BUDGET // per_row)
 
 

@@ -86,6 +86,17 @@ class KVCache:
         return sum(t.numel() * t.element_size() for kv in self.layers for t in kv)
 
 
+def causal_mask(T: int, device=None) -> torch.Tensor:
+    """[T, T] 的因果掩码，True = 可以看（键位置 ≤ 查询位置）：下三角。"""
+    return torch.tril(torch.ones(T, T, dtype=torch.bool, device=device))
+
+
+def kv_cache_bytes(n_layer: int, batch: int, seq_len: int, n_embd: int,
+                   bytes_per: int = 4) -> int:
+    """KV 缓存的字节数：每层 K、V 各 [B, T, C] → 2·L·B·T·C·bytes_per（= ``KVCache.nbytes()``）。"""
+    return 2 * n_layer * batch * seq_len * n_embd * bytes_per
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor,
                      dropout_p: float = 0.0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """带因果掩码的缩放点积注意力，一个纯函数（模型的手写路径、mistakes 与检查器都用它）。
@@ -149,8 +160,7 @@ class CausalSelfAttention(nn.Module):
         self.use_rope = cfg.pos == "rope"
         # 因果掩码：下三角为 True（可以看）。buffer 随 .to(device) 移动、不训练；persistent=False：
         # 它完全由 block_size 决定，不存进 state_dict（检查点里也就没有一份可以被改坏的掩码）
-        self.register_buffer("mask", torch.tril(torch.ones(cfg.block_size, cfg.block_size,
-                                                           dtype=torch.bool)), persistent=False)
+        self.register_buffer("mask", causal_mask(cfg.block_size), persistent=False)
         self._record: dict | None = None         # record_attention() 期间：在这里留下分数与权重
 
     def split_qkv(self, x: torch.Tensor):

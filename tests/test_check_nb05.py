@@ -55,8 +55,8 @@ def test_temperature_without_error_for_negative_tau_fails(passes, capsys):
 def test_kv_bytes_hint_and_values(passes, capsys):
     ok, out = passes(gc.check.nb05.kv_cache_bytes, lambda L, B, T, C, b: L * B * T * C * b)
     assert not ok and "乘 2" in out
-    assert nb05.solution_kv_cache_bytes(12, 1, 1024, 768) == 75_497_472 == 72 * 2**20
-    assert math.isclose(nb05.solution_kv_cache_bytes(4, 1, 128, 256) / 2**20, 1.0)
+    assert gc.model.kv_cache_bytes(12, 1, 1024, 768) == 75_497_472 == 72 * 2**20
+    assert math.isclose(gc.model.kv_cache_bytes(4, 1, 128, 256) / 2**20, 1.0)
 
 
 def test_top_p_without_the_p_equals_one_rule_fails_on_every_cpu(passes, capsys):

@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from gptcourse.config import preset
-from gptcourse.model import GPT, RMSNorm, count_parameters
+from gptcourse.model import GPT, RMSNorm, causal_mask, count_parameters, kv_cache_bytes
 
 # 三种参考设计（teacher / gpt2 缩小了词表或层数，好在 CPU 上几秒内跑完；开关与原设计一致）
 DESIGNS = {
@@ -200,6 +200,14 @@ def test_cache_memory_and_shapes():
     assert k.shape == v.shape == (2, 4, 10, 24)                       # [B, H, S, D]
     assert cache.length == 10
     assert cache.nbytes() == 2 * 3 * 2 * 10 * 96 * 4                  # 2·L·B·T·C·4 字节
+    assert cache.nbytes() == kv_cache_bytes(3, 2, 10, 96)    # 公式与真实的缓存一致
+
+
+def test_causal_mask_is_the_lower_triangle_and_the_attention_buffer():
+    m = causal_mask(4)
+    assert m.dtype == torch.bool and m.tolist() == [[j <= i for j in range(4)] for i in range(4)]
+    model = build("mini")
+    assert torch.equal(model.blocks[0].attn.mask, causal_mask(model.config.block_size))
 
 
 def test_cache_is_preallocated_and_written_in_place():

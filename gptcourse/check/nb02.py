@@ -6,6 +6,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .. import model as gc_model
 from ..mistakes.attention import (
     attention_no_mask,
     attention_scaled_by_n_embd,
@@ -43,11 +44,6 @@ __all__ = list(EXERCISES)
 
 
 # ---------------------------------------------------------------- 学生版的代替品（包里没有的）
-def solution_causal_mask(T: int) -> torch.Tensor:
-    """[T, T] 的布尔掩码，True = 可以看（键位置 ≤ 查询位置）。"""
-    return torch.tril(torch.ones(T, T, dtype=torch.bool))
-
-
 def solution_split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
     """[B, T, C] → [B, H, T, D]：先把 C 拆成 H×D，再把 H 换到 T 前面。"""
     B, T, C = x.shape
@@ -55,7 +51,7 @@ def solution_split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
 
 
 register("nb02", {
-    "causal_mask": solution_causal_mask,
+    "causal_mask": gc_model.causal_mask,
     "split_merge_heads": (solution_split_heads, merge_heads),       # 合并：gc.mistakes 里正确的版本
     "rope_pair": solution_rope_pair,
     "layernorm": lambda x, eps=1e-5: F.layer_norm(x, x.shape[-1:], eps=eps),
@@ -75,7 +71,7 @@ def causal_mask(fn) -> bool:
             return _fail(f"T={T} 时形状应为 ({T}, {T})，收到 {tuple(m.shape)}")
         if m.dtype != torch.bool:
             return _fail(f"应为布尔张量（dtype=torch.bool），收到 {m.dtype}；可以用 .bool() 转换")
-        ref = solution_causal_mask(T)
+        ref = gc_model.causal_mask(T)
         if T > 1 and torch.equal(m, ref.T):
             return _fail("方向反了：你得到的是上三角（triu），那是让每个字只看未来；应该用 tril")
         if torch.equal(m, ~ref):
@@ -95,7 +91,7 @@ def scaled_attention(fn) -> bool:
     """练习：``attention(q, k, v, mask)``：q [B,H,T,D]，k、v [B,H,S,D]，mask [T,S]（True = 看）。"""
     g = torch.Generator().manual_seed(3)
     q, k, v = (torch.randn(2, 3, 6, 8, generator=g) for _ in range(3))
-    causal = solution_causal_mask(6)
+    causal = gc_model.causal_mask(6)
     out = _got(fn, q, k, v, causal)
     if not isinstance(out, torch.Tensor) or out.shape != q.shape:
         shape = tuple(out.shape) if isinstance(out, torch.Tensor) else type(out).__name__
@@ -106,7 +102,7 @@ def scaled_attention(fn) -> bool:
         return torch.allclose(out, t, atol=1e-5)
 
     if close(ref):
-        window = causal & ~solution_causal_mask(6).tril(-3)          # 只看最近 3 个字的掩码
+        window = causal & ~causal.tril(-3)                          # 只看最近 3 个字的掩码
         got = _got(fn, q, k, v, window, where="换一个掩码（每个字只看最近 3 个字）时 ")
         if isinstance(got, torch.Tensor) and torch.allclose(got, causal_attention(
                 q, k, v, window)[0], atol=1e-5):

@@ -7,6 +7,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from .. import model as gc_model
 from ..config import preset
 from ..model import GPT
 from ..rope import apply_rope, rope_angles
@@ -20,12 +21,6 @@ __all__ = list(EXERCISES)
 
 
 # ---------------------------------------------------------------- 学生版的代替品（包里没有的）
-def solution_kv_cache_bytes(n_layer: int, batch: int, seq_len: int, n_embd: int,
-                            bytes_per: int = 4) -> int:
-    """KV 缓存的字节数：每层 K 和 V 各 [B, T, C] → 2·L·B·T·C·bytes。"""
-    return 2 * n_layer * batch * seq_len * n_embd * bytes_per
-
-
 def solution_inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
     """按概率抽样：probs [V]（和为 1），u [N] ∈ [0, 1) → [N] 的 i，cumsum[i-1] ≤ u < cumsum[i]。"""
     edges = torch.cumsum(probs, dim=-1)                  # 每一段的右端点
@@ -65,7 +60,7 @@ def solution_fenming(line: str, pos=(1, 3, 5), both_as_ping=False, same=False
 
 GUESS_FREQUENCY = "B"      # 频率的误差 ∝ 1/√n：样本多 100 倍，误差小约 10 倍
 GUESS_OFFSET = "B"         # 忘了偏移：从第一个带缓存的步骤起就不一样了
-register("nb05", {"inverse_cdf": solution_inverse_cdf, "kv_cache_bytes": solution_kv_cache_bytes,
+register("nb05", {"inverse_cdf": solution_inverse_cdf, "kv_cache_bytes": gc_model.kv_cache_bytes,
                   "rope_cached_step": solution_rope_cached_step, "fenming": solution_fenming,
                   "quantize_rows": solution_quantize_rows})
 
@@ -157,7 +152,7 @@ def kv_cache_bytes(fn) -> bool:
     for args in ((4, 1, 128, 256, 4), (12, 1, 1024, 768, 4), (12, 8, 1024, 768, 2),
                  (3, 5, 7, 96, 2)):
         got = _got(fn, *args)
-        want = solution_kv_cache_bytes(*args)
+        want = gc_model.kv_cache_bytes(*args)
         if got != want:
             hint = next((h for w, h in (
                 (want // 2, "（K 和 V 两份，别忘了乘 2）"),

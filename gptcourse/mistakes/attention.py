@@ -13,15 +13,14 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from ..errors import UserError
-from ..model import GPT, CausalSelfAttention, causal_attention, eval_mode
+from ..model import GPT, CausalSelfAttention, causal_attention, causal_mask, eval_mode
 from ..rope import apply_rope
 from .common import Diagnosis
 
 
 # ---------------------------------------------------------------- 正确版本（参照）
 def _causal(q) -> torch.Tensor:
-    T = q.shape[-2]
-    return torch.tril(torch.ones(T, T, dtype=torch.bool, device=q.device))   # [T, T]
+    return causal_mask(q.shape[-2], q.device)                                 # [T, T]
 
 
 def attention_core(q, k, v):
