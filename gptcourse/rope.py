@@ -22,17 +22,22 @@ def rope_angles(head_dim: int, n_pos: int, base: float = 10000.0) -> torch.Tenso
     return torch.outer(pos, inv_freq).float()                                          # [P, D/2]
 
 
+def rotate_pair(x1, x2, cos, sin):
+    """把 (x1, x2) 逆时针旋转角度 a（给出 cos a、sin a）→ (y1, y2)；数和张量都可以（逐元素）。"""
+    return x1 * cos - x2 * sin, x1 * sin + x2 * cos
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """rotate-half 写法。x: [..., T, D]；cos/sin: [T, D/2]。返回同形状。"""
     half = x.shape[-1] // 2
     x1, x2 = x[..., :half], x[..., half:]                     # 各 [..., T, D/2]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    return torch.cat(rotate_pair(x1, x2, cos, sin), dim=-1)
 
 
 def apply_rope_interleaved(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """interleaved 写法：第 (2i, 2i+1) 维成对旋转。形状同 :func:`apply_rope`。"""
     x1, x2 = x[..., 0::2], x[..., 1::2]                       # 各 [..., T, D/2]
-    out = torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # [..., T, D/2, 2]
+    out = torch.stack(rotate_pair(x1, x2, cos, sin), dim=-1)  # [..., T, D/2, 2]
     return out.flatten(-2)
 
 

@@ -386,7 +386,7 @@ def test_rope_rotate(passes, capsys):
     cases = {"interleaved": gc.rope.apply_rope_interleaved,
              "没有旋转": lambda x, c, s: x,
              "方向反了": lambda x, c, s: gc.rope.apply_rope(x, c, -s),
-             "拼接的顺序": lambda x, c, s: torch.cat(nb02.solution_rope_pair(
+             "拼接的顺序": lambda x, c, s: torch.cat(gc.rope.rotate_pair(
                  *chunks(x), c, s)[::-1], dim=-1),
              "长度": lambda x, c, s: torch.cat([chunks(x)[0] * c, chunks(x)[1] * c], dim=-1),
              "形状": lambda x, c, s: x[..., :4]}

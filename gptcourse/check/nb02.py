@@ -14,6 +14,7 @@ from ..mistakes.attention import (
     merge_heads,
 )
 from ..model import causal_attention
+from ..rope import rotate_pair
 from ._common import _fail, _got, _ok, choice, exercise, register
 from .nb02_model import (  # noqa: F401  本章的检查器都从 gc.check.nb02 取
     _CFGS,
@@ -33,7 +34,6 @@ from .nb02_parts import (  # noqa: F401
     mlp,
     rmsnorm,
     rope_rotate,
-    solution_rope_pair,
 )
 
 EXERCISES = ("scaled_attention", "causal_mask", "guess_saturation", "guess_sqrt_c",
@@ -53,7 +53,7 @@ def solution_split_heads(x: torch.Tensor, n_head: int) -> torch.Tensor:
 register("nb02", {
     "causal_mask": gc_model.causal_mask,
     "split_merge_heads": (solution_split_heads, merge_heads),       # 合并：gc.mistakes 里正确的版本
-    "rope_pair": solution_rope_pair,
+    "rope_pair": rotate_pair,
     "layernorm": lambda x, eps=1e-5: F.layer_norm(x, x.shape[-1:], eps=eps),
     "leaky_model": solution_make_leaky,
 })
@@ -199,10 +199,10 @@ def rope_pair(fn) -> bool:
             y1, y2 = (float(v) for v in out)
         except (TypeError, ValueError):
             return _fail(f"应返回两个数 (y1, y2)，收到 {out!r}")
-        r1, r2 = solution_rope_pair(x1, x2, c, s)
+        r1, r2 = rotate_pair(x1, x2, c, s)
         if near((y1, y2), (r1, r2)):
             continue
-        if near((y1, y2), solution_rope_pair(x1, x2, c, -s)):
+        if near((y1, y2), rotate_pair(x1, x2, c, -s)):
             return _fail("旋转方向反了（相当于转了 −a）："
                          "y1 = x1·cos − x2·sin，y2 = x1·sin + x2·cos")
         if not math.isclose(math.hypot(y1, y2), math.hypot(x1, x2), rel_tol=1e-4):
@@ -213,7 +213,7 @@ def rope_pair(fn) -> bool:
     x1, x2, ang = (torch.randn(3, 4, generator=g) for _ in range(3))
     out = _got(fn, x1, x2, ang.cos(), ang.sin(), where="传入张量时 ",
                then="（rope_pair 要能逐元素处理张量：下一题的 rotate 就这样用它）")
-    want = solution_rope_pair(x1, x2, ang.cos(), ang.sin())
+    want = rotate_pair(x1, x2, ang.cos(), ang.sin())
     if not (isinstance(out, tuple) and len(out) == 2
             and all(isinstance(o, torch.Tensor) and torch.allclose(o, w, atol=1e-6)
                     for o, w in zip(out, want))):

@@ -12,12 +12,6 @@ from ._common import _call, _fail, _got, _ok, exercise
 from .nb02_model import _CFGS, _build, _match, _rope, _tables, _tensor
 
 
-# ---------------------------------------------------------------- 学生版的代替品（包里没有的）
-def solution_rope_pair(x1, x2, cos, sin):
-    """把坐标 (x1, x2) 逆时针旋转角度 a（给出 cos a、sin a）；数和张量都适用（逐元素）。"""
-    return x1 * cos - x2 * sin, x1 * sin + x2 * cos
-
-
 # ---------------------------------------------------------------- 小工具
 def _seeded(module: torch.nn.Module, seed: int) -> torch.nn.Module:
     """给模块的每个参数换上互不相同的随机值（初始化的 γ = 1、β = 0 会掩盖错误）。"""
