@@ -457,6 +457,19 @@ def test_error_mid_stream_is_the_last_ndjson_line(tiny, monkeypatch):
         wait_for(lambda: srv.gate.running == 0)
 
 
+def test_every_method_ends_an_unexpected_error_with_a_500_json(tiny, monkeypatch):
+    """GET、OPTIONS、POST 共用一个错误收尾（_replying）：意外的异常是 500 JSON，不是断开的连接。"""
+    def broken(self):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(serve.Handler, "_info", broken)
+    with running(*tiny) as srv:
+        status, data, _ = request(srv, "/api/info")
+        assert status == 500 and b"boom" not in data
+        assert "服务器内部错误" in json.loads(data)["zh"]
+        assert request(srv, "/nothing-here")[0] == 404
+
+
 def test_connection_cap_evicts_idle_connections_first(tiny):
     with running(*tiny, limits=dict(connections=2, header_timeout=30, body_timeout=30)) as srv:
         idle = [connect(srv), connect(srv)]        # 占满两个连接，什么也不发（慢速客户端）

@@ -30,6 +30,7 @@ import socket
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
@@ -207,7 +208,7 @@ class Handler(BaseHTTPRequestHandler):
                 "Transfer-Encoding" in self.headers:
             self.close_connection = self._unread = True     # GET 不该有正文；不读它，也不复用连接
         path = self.path.split("?", 1)[0]
-        try:
+        with self._replying():
             self._guard()
             if path in FILES:
                 file, ctype, cache = FILES[path]
@@ -216,14 +217,10 @@ class Handler(BaseHTTPRequestHandler):
                 self._json(200, self._info())
             else:
                 raise ApiError(404, f"没有这个地址：{path[:100]}", "not found")
-        except ApiError as e:
-            self._fail(e.status, e.payload())
-        except OSError:
-            self.close_connection = True
 
     def do_OPTIONS(self):
         """CORS 预检：只有 ``--allow-origin`` 里的来源会得到允许。"""
-        try:
+        with self._replying():
             self._guard()
             self.send_response(204)
             if self.server.policy.cors_headers(self.headers.get("Origin")):
@@ -233,15 +230,11 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header("Allow", "GET, POST, OPTIONS")
             self.send_header("Content-Length", "0")
             self.end_headers()
-        except ApiError as e:
-            self._fail(e.status, e.payload())
-        except OSError:
-            self.close_connection = True
 
     def do_POST(self):
         self._unread = True
         path = self.path.split("?", 1)[0]
-        try:
+        with self._replying():
             self._guard()
             route = {"/api/generate": self._generate, "/api/stream": self._stream}.get(path)
             if route is None:
@@ -250,12 +243,19 @@ class Handler(BaseHTTPRequestHandler):
             with self.server.gate.slot(self.server.limits.queue_timeout,
                                        lambda: client_gone(self.connection)):
                 route(params)
+
+    @contextmanager
+    def _replying(self):
+        """每个请求的错误收尾（GET、OPTIONS、POST 共用）：ApiError → 它的状态码与 JSON；
+        UserError（generate() 的参数检查）→ 400；客户端断开、写超时 → 关连接；其余 → 500。"""
+        try:
+            yield
         except ApiError as e:
             self._fail(e.status, e.payload())
-        except UserError as e:                                    # generate() 的参数/格式检查
+        except UserError as e:
             self._fail(400, {"error": f"{e} / invalid request", "zh": str(e),
                              "en": "invalid request"})
-        except (ClientGone, OSError):                              # 客户端断开、写超时
+        except (ClientGone, OSError):
             self.close_connection = True
         except Exception:  # noqa: BLE001 - 服务器绝不能因为一个请求而退出
             traceback.print_exc(file=sys.stderr)                  # 详情只进日志，不进响应
