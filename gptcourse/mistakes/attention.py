@@ -1,7 +1,10 @@
-"""注意力里的四个经典错误：没有因果掩码、softmax 维度错、按 √n_embd 缩放、合并多头前没转置回来。
+"""注意力里的四个经典错误：没有因果掩码、softmax 维度错、按 √n_embd 缩放、合并多头前没转置回来；
+还有笔记本 04 的练习用到的三个：要学员改正的 ``buggy_attention``，只在后半段、只在一对位置之间
+泄漏的注意力。
 
 每个错误都是一个独立的函数（正确版本在旁边），可以装进一个真实的 GPT（``gallery_model``），
-再由下面的检查函数抓出来。它们只住在 ``gptcourse.mistakes`` 里，正常的 API 永远用不到。
+再由下面的检查函数抓出来（``leak_test`` 试遍每个 t）。它们只住在 ``gptcourse.mistakes`` 里，
+正常的 API 永远用不到。
 形状记号：q, k, v, y 为 [B, H, T, D]；合并后 [B, T, C]，C = H·D。
 """
 from __future__ import annotations
