@@ -15,14 +15,18 @@
     L1 verse titles tokenizer bpe data titled      文字与数据
     L2 rope model                                  模型
     L3 precision distributed objectives train checkpoint   训练与存储
-    L4 sampling constraints fastdecode generate evaluate acceptance quantize rhyme_probe  推理与评估
+    L4 sampling constraints fastdecode generate evaluate acceptance quantize rhyme_probe machine
+                                                   推理、评估与本机
     L5 release                                     发布设置
     L6 serve/                                      网页演示
     L7 cli/ __main__                               命令行（argparse 只在这里）
     T  walkthrough viz/ mistakes/ check/           教学（可以导入 L0–L6）
-    X  bench/ notebooks classroom/                 维护工具（可以导入任何模块）
+    F  bench/ classroom/ notebooks                 旧命令名的转发（保留一个版本，cli/forward.py）
 
-``import gptcourse``（门面）与 ``importlib.import_module`` 只在门面、L7 和 X 里用：库和教学模块
+课堂工具、评分、幻灯片、基准与笔记本运行器不在这个包里：它们是教师与维护者的工具包
+（仓库里与本包并列，见 README 的“仓库结构”）；那个包可以导入本包，本包从不导入它。
+
+``import gptcourse``（门面）与 ``importlib.import_module`` 只在门面和 L7 里用：库和教学模块
 直接导入它们要的模块，依赖才看得见。
 """
 from __future__ import annotations
@@ -43,23 +47,20 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "L2": ("rope", "model"),
     "L3": ("precision", "distributed", "objectives", "train", "checkpoint"),
     "L4": ("sampling", "constraints", "fastdecode", "generate", "evaluate", "acceptance",
-           "quantize", "rhyme_probe"),
+           "quantize", "rhyme_probe", "machine"),
     "L5": ("release",),
     "L6": ("serve",),
     "L7": ("cli", "__main__"),
     "T": ("walkthrough", "viz", "mistakes", "check"),
-    "X": ("bench", "notebooks", "classroom"),
+    "F": ("bench", "classroom", "notebooks"),
 }
-# gc.<名字> → 子模块（第一次访问时导入）：L0–L6 与教学模块。命令行 cli、维护工具不在这里：
-# 它们是程序，不是课程的 API（用 python -m gptcourse… 运行）；bench 例外：笔记本 03 读机器信息
-# 与矩阵乘法上限。
-MODULES = (*(m for layer, names in LAYERS.items() if layer not in ("L7", "X") for m in names),
-           "bench")
+# gc.<名字> → 子模块（第一次访问时导入）：L0–L6 与教学模块。命令行 cli 与转发不在这里：
+# 它们是程序，不是课程的 API（用 python -m gptcourse… 运行）。
+MODULES = tuple(m for layer, names in LAYERS.items() if layer not in ("L7", "F") for m in names)
 
 if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
     from . import (
         acceptance,
-        bench,
         bpe,
         check,
         checkpoint,
@@ -71,6 +72,7 @@ if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
         evaluate,
         fastdecode,
         generate,
+        machine,
         mistakes,
         model,
         objectives,

@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--full-grid", action="store_true")
     p.add_argument("--snapshots", metavar="目录",
                    help="训练时每次评估另存一份权重到这个目录（量“多久训练到目标损失”用，见"
-                        " gptcourse/bench/target.py）")
+                        " gptcourse_kit/bench/target.py）")
     args = p.parse_args(argv)
     if args.settings_only:
         return settle(args.settings_only, args.settings_only, args.full_grid, {})

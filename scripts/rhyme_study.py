@@ -126,7 +126,7 @@ def main() -> None:
             {"command": f"python scripts/rhyme_study.py --init {Path(args.init).name} "
                         f"--steps {args.steps} --seeds {args.seeds}",
              "init_sha256": hashlib.sha256(Path(args.init).read_bytes()).hexdigest()[:16],
-             "machine": gc.bench.machine.machine_info(),
+             "machine": gc.machine.machine_info(),
              "date": time.strftime("%Y-%m-%d %H:%M"), "sample_seeds": SAMPLE_SEEDS,
              "batch": [16, base.config.block_size], "lr": 5e-4, "lambda": 1.0, "seeds": seeds,
              "rows": rows}, ensure_ascii=False, indent=1, default=float), encoding="utf-8")

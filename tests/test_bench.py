@@ -9,12 +9,13 @@ import sys
 import pytest
 import torch
 
-from gptcourse.bench import machine, peer
-from gptcourse.bench.__main__ import main as bench_main
-from gptcourse.bench.report import markdown
+from gptcourse import machine
 from gptcourse.config import preset
 from gptcourse.model import GPT
 from gptcourse.tokenizer import CharTokenizer
+from gptcourse_kit.bench import peer
+from gptcourse_kit.bench.__main__ import main as bench_main
+from gptcourse_kit.bench.report import markdown
 
 
 def snap(share=0.0, load=0.0, cores=2):
@@ -99,7 +100,7 @@ def test_peer_converts_and_decodes_the_same_tokens(tiny_llama_pair):
 
 def test_peer_row_is_skipped_with_a_message_without_transformers(tiny_llama_pair, monkeypatch,
                                                                  capsys):
-    from gptcourse.bench import generation
+    from gptcourse_kit.bench import generation
     monkeypatch.setattr(peer, "available", lambda: False)
     model, tok = tiny_llama_pair
     assert generation.peer_row(model, tok, quick=True) == {"skipped": "transformers 没有安装"}
@@ -123,7 +124,7 @@ def test_cache_holding_names_the_smallest_level_that_fits():
 
 def test_quick_mode_does_not_touch_the_committed_results(monkeypatch, tmp_path):
     """--quick 不加 --write 时写到临时目录，docs/benchmarks.json 不变。"""
-    from gptcourse.bench import __main__ as bench
+    from gptcourse_kit.bench import __main__ as bench
     monkeypatch.setattr(bench, "busy_reasons", lambda *a: [])
     monkeypatch.setattr(bench, "snapshot", lambda: snap())
     monkeypatch.setattr(bench, "limits", lambda q: {"fp32": {"gflops": 1.0, "n": 8}})
@@ -140,14 +141,14 @@ def test_quick_mode_does_not_touch_the_committed_results(monkeypatch, tmp_path):
 
 
 def test_arrival_is_the_first_snapshot_at_or_below_the_target():
-    from gptcourse.bench.target import arrival
+    from gptcourse_kit.bench.target import arrival
     rows = [{"wall_s": 10, "val": 4.9}, {"wall_s": 20, "val": 4.6}, {"wall_s": 30, "val": 4.4}]
     assert arrival(rows, 4.60) == 20 and arrival(rows, 4.50) == 30 and arrival(rows, 4.3) is None
 
 
 def test_time_to_target_runs_the_shipped_recipe_and_reports_it(capsys):
     """快速模式：发布配方（换成 mini、4 步）带快照训练、参照循环、表格与 Markdown 都走一遍。"""
-    from gptcourse.bench import report, target
+    from gptcourse_kit.bench import report, target
     assert "--aux" in target.recipe() and "--titled" in target.recipe()   # 读的是发布的命令
     r = target.run(quick=True)
     assert [row["step"] for row in r["release"]["rows"]] == [2, 4]         # 每次评估一份快照
@@ -160,8 +161,8 @@ def test_time_to_target_runs_the_shipped_recipe_and_reports_it(capsys):
 
 def test_markdown_names_the_run_of_each_section():
     """--only 分几次跑时，docs/benchmarks.md 写明每一节来自哪一次运行（开始时间与安静程度）。"""
-    from gptcourse.bench.report import markdown
     from gptcourse.runtime import ROOT
+    from gptcourse_kit.bench.report import markdown
 
     r = json.loads((ROOT / "docs" / "benchmarks.json").read_text(encoding="utf-8"))
     starts = {run["quiet"]["before"]["time"] for run in r["runs"].values()}

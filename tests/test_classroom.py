@@ -12,8 +12,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
 
-from gptcourse.classroom.__main__ import main
-from gptcourse.classroom.student import AuthoringError, stub_source, student_notebook
+from gptcourse_kit.classroom.__main__ import main
+from gptcourse_kit.classroom.student import AuthoringError, stub_source, student_notebook
 
 
 def _meta(grade_id, solution):
@@ -202,8 +202,8 @@ def test_feedback_pages_one_per_student(graded):
 
 def test_printed_table_is_aligned_by_display_width(graded, capsys):
     subs, d = graded
-    from gptcourse.classroom.grade import Submission
-    from gptcourse.classroom.gradebook import display_width, table
+    from gptcourse_kit.classroom.grade import Submission
+    from gptcourse_kit.classroom.gradebook import display_width, table
     fake = [Submission(Path(n), "nb01", [{"exercise": "count_pairs", "passed": True,
                                           "status": "正确", "message": "正确"}])
             for n in ("2024001_张三.ipynb", "7_Ann.ipynb", "2024003_欧阳小明.ipynb")]
@@ -214,7 +214,7 @@ def test_printed_table_is_aligned_by_display_width(graded, capsys):
 
 
 def test_weights_file_overrides_kinds_and_exercises(tmp_path):
-    from gptcourse.classroom.gradebook import exercise_kind, load_weights, weight
+    from gptcourse_kit.classroom.gradebook import exercise_kind, load_weights, weight
     assert exercise_kind("nb01", "guess_leak") == "predict"
     assert exercise_kind("nb01", "bpe_train") == "build"
     assert weight("nb01", "guess_leak") == 1 and weight("nb01", "bpe_train") == 2
@@ -236,7 +236,7 @@ def test_weights_file_overrides_kinds_and_exercises(tmp_path):
 def test_jobs_2_runs_two_sandboxes_at_once(tmp_path, monkeypatch):
     """三个学生：--jobs 2 时同时有两个沙箱在跑，--jobs 1 时只有一个（数的是同时在运行的沙箱，
     不量墙钟时间）。"""
-    from gptcourse.classroom import sandbox
+    from gptcourse_kit.classroom import sandbox
     ref = tmp_path / "ref"
     ref.mkdir()
     nbformat.write(teacher_nb(), ref / "01_tiny.ipynb")
@@ -295,7 +295,7 @@ def test_student_command_on_the_course_notebooks(tmp_path):
 
 def test_without_a_sandbox_grading_says_so_in_one_line(tmp_path, monkeypatch, capsys):
     """macOS / Windows / 没有 bubblewrap：照常评分，但先打印一行“不封闭”的说明。"""
-    from gptcourse.classroom import sandbox
+    from gptcourse_kit.classroom import sandbox
     monkeypatch.setattr(sys, "platform", "darwin")
     assert sandbox.probe.__wrapped__() == "darwin 上没有 bubblewrap"
     monkeypatch.setattr(sys, "platform", "linux")

@@ -8,9 +8,9 @@ import zipfile
 
 import nbformat
 
-from gptcourse.classroom.__main__ import main
-from gptcourse.classroom.site import chapters
-from gptcourse.classroom.student import BUNDLE, YOURS_PASSED, student_notebook
+from gptcourse_kit.classroom.__main__ import main
+from gptcourse_kit.classroom.site import chapters
+from gptcourse_kit.classroom.student import BUNDLE, YOURS_PASSED, student_notebook
 
 
 def test_student_edition_drops_the_stale_outputs_sentence():
@@ -75,7 +75,7 @@ def test_student_bundle_is_a_zip_with_student_notebooks_and_an_install_note(tmp_
 
 def test_times_reports_seconds_per_section(tmp_path, capsys):
     """``classroom times``（教师指南里演示秒数的来源）：每一节的秒数、慢的单元格、出错的单元格。"""
-    from gptcourse.classroom.timing import report, time_notebook
+    from gptcourse_kit.classroom.timing import report, time_notebook
 
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_markdown_cell("# 标题\n## 1. 快"),

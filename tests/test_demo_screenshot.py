@@ -25,8 +25,8 @@ from browser import chromium_session, needs_chromium  # tests/browser.py
 from test_browser import open_page, write
 
 from gptcourse import checkpoint, release
-from gptcourse.bench.machine import machine_info
 from gptcourse.generate import generate
+from gptcourse.machine import machine_info
 from gptcourse.runtime import ROOT
 from gptcourse.serve import make_server
 from gptcourse.verse import check_form

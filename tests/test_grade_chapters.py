@@ -13,9 +13,9 @@ import sys
 import nbformat
 import pytest
 
-from gptcourse.classroom import sandbox
-from gptcourse.classroom.__main__ import main
-from gptcourse.classroom.grade import (
+from gptcourse_kit.classroom import sandbox
+from gptcourse_kit.classroom.__main__ import main
+from gptcourse_kit.classroom.grade import (
     GRADE_ID,
     IN_SANDBOX,
     REFERENCE,
@@ -25,7 +25,7 @@ from gptcourse.classroom.grade import (
     is_blank,
     validate_reference,
 )
-from gptcourse.classroom.student import student_notebook
+from gptcourse_kit.classroom.student import student_notebook
 
 CHAPTERS = {p.name[:2]: p for p in sorted(REFERENCE.glob("0[1-5]_*.ipynb"))}
 
@@ -134,8 +134,8 @@ def test_in_sandbox_names_real_exercises_and_the_guide_lists_them():
 
 def test_the_guides_points_table_comes_from_exercises():
     """教师指南“作业与分值”的表与五章的 EXERCISES 一致（以前 04、05 各少两三题）。"""
-    from gptcourse.classroom.gradebook import points_table
     from gptcourse.runtime import ROOT
+    from gptcourse_kit.classroom.gradebook import points_table
     guide = (ROOT / "docs" / "teaching_guide.md").read_text(encoding="utf-8")
     table = points_table()
     assert table in guide
@@ -145,7 +145,7 @@ def test_the_guides_points_table_comes_from_exercises():
 
 def test_the_answer_handout_has_every_exercise():
     """答案讲义（handout）每章的练习数 = 检查单元格数（以前少了同样的三道题）。"""
-    from gptcourse.classroom.slides import exercises
+    from gptcourse_kit.classroom.slides import exercises
     for num, path in CHAPTERS.items():
         nb = nbformat.read(path, as_version=4)
         found = {e["id"] for e in exercises(nb)}

@@ -1,4 +1,4 @@
-"""裁判进程与工作进程之间的通道（``gptcourse.classroom.referee``）：从工作进程来的只能是数据。
+"""裁判进程与工作进程之间的通道（``gptcourse_kit.classroom.referee``）：从工作进程来的只能是数据。
 
 这些测试不需要沙箱：直接在一对套接字上收发帧。真正的恶意作业（往管道写伪造的行、沿调用栈换掉
 检查器、改 ``_record`` / ``RESULTS``、``__eq__`` 永远为真、找密钥）在 ``test_grade_sandbox.py``
@@ -15,9 +15,9 @@ import struct
 import pytest
 import torch
 
-from gptcourse.classroom import referee
-from gptcourse.classroom.judge import _Refs, from_referee, to_referee
-from gptcourse.classroom.referee import MAGIC, TAG, Breach, Proxy, from_worker, recv, send
+from gptcourse_kit.classroom import referee
+from gptcourse_kit.classroom.judge import _Refs, from_referee, to_referee
+from gptcourse_kit.classroom.referee import MAGIC, TAG, Breach, Proxy, from_worker, recv, send
 
 
 @pytest.fixture
@@ -135,7 +135,7 @@ def test_the_worker_spec_carries_no_key():
     import nbformat
     from test_classroom import teacher_nb
 
-    from gptcourse.classroom.grade import build_spec
+    from gptcourse_kit.classroom.grade import build_spec
     nb = nbformat.from_dict(teacher_nb())
     spec, _ = build_spec(nb, nb, "nb01", 10)
     assert "key" not in spec
@@ -174,7 +174,7 @@ def test_exercises_that_change_a_model_are_judged_by_the_referee(tmp_path):
     from nbformat.v4 import new_code_cell, new_notebook
     from test_grade_chapters import _require_sandbox
 
-    from gptcourse.classroom.grade import REFERENCE, Options, grade
+    from gptcourse_kit.classroom.grade import REFERENCE, Options, grade
     _require_sandbox()
     source = nbformat.read(next(REFERENCE.glob("03_*.ipynb")), as_version=4)
     wanted = {"nb03-lr_schedule", "nb03-train_step", "nb03-accumulate_grads", "nb03-titled_step"}

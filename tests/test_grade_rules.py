@@ -16,8 +16,8 @@ from nbformat.v4 import new_code_cell
 from test_classroom import SOLVED_MERGE, SOLVED_PAIRS, teacher_nb
 from test_grade_chapters import _require_sandbox
 
-from gptcourse.classroom.__main__ import main
-from gptcourse.classroom.student import student_notebook
+from gptcourse_kit.classroom.__main__ import main
+from gptcourse_kit.classroom.student import student_notebook
 
 CELL_TIMEOUT = 3
 SECRET = "SECRET-LAST-WEEK-4711"
@@ -139,7 +139,7 @@ def test_the_teachers_working_directory_is_not_in_the_sandbox(graded):
 def test_the_grader_scores_the_first_committed_letter():
     """issue 33：学员先交了 B，看了测量改成对的 A；检查单元格的输出里记着“第一次作答：B”，
     评分按 B 判，备注里说明。没有这一句（或字母没改）时按单元格里的答案判。"""
-    from gptcourse.classroom.grade import REFERENCE, build_spec
+    from gptcourse_kit.classroom.grade import REFERENCE, build_spec
     teacher = nbformat.read(sorted(REFERENCE.glob("01_*.ipynb"))[0], as_version=4)
     sub = student_notebook(teacher)
     answer = next(c for c in sub.cells

@@ -20,11 +20,11 @@ import nbformat
 import pytest
 from test_classroom import SOLVED_MERGE, SOLVED_PAIRS, teacher_nb
 
-from gptcourse.classroom import sandbox
-from gptcourse.classroom.__main__ import main
-from gptcourse.classroom.judge import clean_message, sanitize
-from gptcourse.classroom.student import student_notebook
 from gptcourse.runtime import ROOT
+from gptcourse_kit.classroom import sandbox
+from gptcourse_kit.classroom.__main__ import main
+from gptcourse_kit.classroom.judge import clean_message, sanitize
+from gptcourse_kit.classroom.student import student_notebook
 
 WHY = sandbox.probe()
 MARKER = f"4711{os.getpid()}"              # 恶意作业留下的子进程：sleep 4711<pid>（本测试独有）
@@ -305,7 +305,7 @@ def _survivors(scratch: Path) -> list[str]:
         except OSError:
             continue
         mine = cmd[:2] == [b"sleep", MARKER.encode()] or (
-            (b"gptcourse.classroom.judge" in cmd or b"gptcourse.classroom.referee" in cmd)
+            (b"gptcourse_kit.classroom.judge" in cmd or b"gptcourse_kit.classroom.referee" in cmd)
             and any(a.startswith(str(scratch).encode()) for a in cmd))
         if mine:
             found.append(f"{p.name}: {b' '.join(cmd).decode(errors='replace')}")

@@ -1,8 +1,9 @@
 """包的分层（``gptcourse.LAYERS``，说明见 gptcourse/__init__.py）：一个模块只导入比它低的层
 （同层可以，但不能成环），延迟导入（函数里的 import）也算。导入 ``a.b.c`` 会执行 ``a.b`` 的
 ``__init__``，所以也算导入了 ``a.b``。依赖必须看得见：门面 ``import gptcourse``
-（之后 ``gc.<任何>``）与 ``importlib.import_module`` / ``__import__`` 只有门面、
-命令行（L7）和工具（X）可以用。
+（之后 ``gc.<任何>``）与 ``importlib.import_module`` / ``__import__`` 只有门面和
+命令行（L7）可以用。教师与维护者的包 ``gptcourse_kit`` 不在这个包里，``gptcourse`` 也从不导入它
+（``test_the_learners_package_never_names_the_kit``）；F 行是旧命令名的转发。
 
 ``violations(pkg)`` 对一个包目录给出全部违规；下面的"栽进去的导入"在包的副本里各加一行，
 每一行都必须被抓住。"""
@@ -19,8 +20,8 @@ import pytest
 import gptcourse
 
 PKG = Path(gptcourse.__file__).parent
-TEACHING, TOOLS = 10, 20
-RANK = {m: (int(layer[1:]) if layer.startswith("L") else {"T": TEACHING, "X": TOOLS}[layer])
+TEACHING, FORWARD = 10, 20
+RANK = {m: (int(layer[1:]) if layer.startswith("L") else {"T": TEACHING, "F": FORWARD}[layer])
         for layer, names in gptcourse.LAYERS.items() for m in names}     # 顶层名字 → 层号
 ENTRY = RANK["cli"]                                                    # L7：命令行
 
@@ -127,20 +128,20 @@ def violations(pkg: Path = PKG) -> list[str]:
     bad += [f"导入成环：{' → '.join(c)}" for c in strongly_connected(graph)]
     for src, deps in graph.items():
         s = layer(src)
-        if s in (None, TOOLS):
-            continue                               # 门面按需导入任何子模块；工具可以导入任何模块
+        if s in (None, FORWARD):
+            continue                               # 门面按需导入任何子模块；转发只运行 cli.forward
         for dep in deps:
             d = layer(dep)
             if d is None:                          # 门面：看不见的依赖，见下面的 hidden
                 continue
             if d >= TEACHING and s < TEACHING:
                 bad.append(f"{src} → {dep}（库与入口不导入教学和工具模块）")
-            elif s == TEACHING and d in (ENTRY, TOOLS):
+            elif s == TEACHING and d in (ENTRY, FORWARD):
                 bad.append(f"{src} → {dep}（教学模块只导入 L0–L6）")
             elif s < TEACHING and d > s:
                 bad.append(f"{src}（L{s}）→ {dep}（L{d}）")
     for src, uses in hidden.items():
-        if src != "gptcourse" and layer(src) not in (ENTRY, TOOLS):
+        if src != "gptcourse" and layer(src) not in (ENTRY, FORWARD):
             bad += [f"{src}：{u}（依赖看不见；直接导入要用的模块）" for u in uses]
     return sorted(bad)
 
@@ -152,12 +153,12 @@ def test_the_package_keeps_its_layers():
 def test_argparse_only_in_entry_points():
     users = sorted(name for name, path in modules().items()
                    if "argparse" in path.read_text(encoding="utf-8")
-                   and name != "gptcourse" and layer(name) not in (ENTRY, TOOLS))
+                   and name != "gptcourse" and layer(name) not in (ENTRY, FORWARD))
     assert users == []
 
 
 # ---------------------------------------------------------------- 表只有一份
-TABLE_ROW = re.compile(r"^\s*(L\d|T|X)\s+((?:[a-z_]+/?\s+)+)")
+TABLE_ROW = re.compile(r"^\s*(L\d|T|F)\s+((?:[a-z_]+/?\s+)+)")
 
 
 def _table(text: str) -> dict[str, tuple[str, ...]]:
@@ -184,9 +185,45 @@ def test_layers_name_every_top_level_module_once():
 
 
 def test_facade_lists_real_modules():
-    library = [m for layer, ms in gptcourse.LAYERS.items() if layer not in ("L7", "X") for m in ms]
-    assert gptcourse.MODULES == (*library, "bench")
+    library = [m for layer, ms in gptcourse.LAYERS.items() if layer not in ("L7", "F") for m in ms]
+    assert gptcourse.MODULES == tuple(library)
     assert set(gptcourse.MODULES) <= set(dir(gptcourse))
+
+
+# ---------------------------------------------------------------- 学习者的包与课堂工具包分开
+KIT = "gptcourse_kit"
+KIT_PKG = PKG.parent / KIT
+
+
+def test_the_learners_package_never_names_the_kit():
+    """``gptcourse/`` 里没有一个文件提到 ``gptcourse_kit``，只有旧命令名的转发 ``cli/forward.py``
+    ——它运行那条命令，不导入其中的名字。"""
+    naming = sorted(str(p.relative_to(PKG)) for p in PKG.rglob("*")
+                    if p.is_file() and p.suffix in (".py", ".html", ".js", ".css", ".md", ".txt")
+                    and KIT in p.read_text(encoding="utf-8", errors="replace"))
+    assert naming == ["cli/forward.py"], naming
+    assert "import " + KIT not in (PKG / "cli" / "forward.py").read_text(encoding="utf-8")
+
+
+def test_forwarders_only_forward():
+    """F 行的每个模块只是一条转发：没有别的定义，运行的正是 gptcourse_kit 里的同名命令。"""
+    for name in gptcourse.LAYERS["F"]:
+        path = PKG / name / "__main__.py" if (PKG / name).is_dir() else PKG / f"{name}.py"
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        assert not [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+        assert f"forward('gptcourse.{name}')" in ast.unparse(tree), path
+        target = KIT_PKG / name
+        assert (target / "__main__.py").exists() or target.with_suffix(".py").exists(), target
+
+
+def test_old_command_names_still_run(capsys):
+    """``python -m gptcourse.notebooks --help`` 仍然可用（转发到 gptcourse_kit，并说出新名字）。"""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", "gptcourse.notebooks", "--help"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "python -m gptcourse_kit.notebooks" in r.stderr + r.stdout
 
 
 # ---------------------------------------------------------------- 栽进去的导入：每一个都被抓住

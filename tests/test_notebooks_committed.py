@@ -1,4 +1,4 @@
-"""提交的笔记本必须来自一次干净的、从上到下的完整运行（检查规则见 gptcourse.notebooks）。"""
+"""提交的笔记本必须来自一次干净的、从上到下的完整运行（检查规则见 gptcourse_kit.notebooks）。"""
 from __future__ import annotations
 
 import inspect
@@ -8,7 +8,7 @@ import nbformat
 import pytest
 
 import gptcourse as gc
-from gptcourse.notebooks import NOTEBOOK_DIR, check_notebook, notebook_paths
+from gptcourse_kit.notebooks import NOTEBOOK_DIR, check_notebook, notebook_paths
 
 NOTEBOOKS = notebook_paths()
 
@@ -101,4 +101,4 @@ def test_printed_source_is_current(path, cell, expr, stdout):
     current = inspect.getsource(obj)
     assert current in stdout, (
         f"{path.name} 单元格 {cell} 打印的 {expr} 源码已过期："
-        f"请运行 python -m gptcourse.notebooks run {path.stem}")
+        f"请运行 python -m gptcourse_kit.notebooks run {path.stem}")

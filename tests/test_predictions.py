@@ -20,8 +20,8 @@ import nbformat
 import pytest
 
 import gptcourse as gc
-from gptcourse.classroom.student import BEGIN
 from gptcourse.runtime import ROOT
+from gptcourse_kit.classroom.student import BEGIN
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))
 CHECK = re.compile(r"gc\.check\.(nb0\d)\.((?:guess|predict)_\w+)\(\s*(\w+)")

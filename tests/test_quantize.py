@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import torch
 
-from gptcourse.bench import generation as bench_gen
 from gptcourse.config import preset
 from gptcourse.generate import generate
 from gptcourse.model import GPT
@@ -15,6 +14,7 @@ from gptcourse.quantize import (
     state_dict_bytes,
 )
 from gptcourse.tokenizer import CharTokenizer
+from gptcourse_kit.bench import generation as bench_gen
 
 
 def _model(vocab=300):

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from browser import chromium_session, needs_chromium  # tests/browser.py
 
-from gptcourse.classroom.__main__ import main
+from gptcourse_kit.classroom.__main__ import main
 
 
 @pytest.fixture(scope="module")
@@ -123,7 +123,7 @@ return [...nav.querySelectorAll('a')].filter(a => { const r = a.getBoundingClien
 def test_wide_characters_take_two_columns_in_pre_blocks(site):
     text = (site / "04_evaluation.html").read_text(encoding="utf-8")
     assert '<span class="zh2">' in text
-    from gptcourse.classroom.site import wide_pre
+    from gptcourse_kit.classroom.site import wide_pre
     assert wide_pre("<pre>字 a</pre>") == '<pre><span class="zh2">字</span> a</pre>'
     assert wide_pre('<pre><span class="k">字</span></pre>') == \
         '<pre><span class="k"><span class="zh2">字</span></span></pre>'

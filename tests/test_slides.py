@@ -15,9 +15,10 @@ import nbformat
 import pytest
 from browser import chromium_session, needs_chromium  # tests/browser.py
 
-from gptcourse.classroom.__main__ import main
-from gptcourse.classroom.site import chapters
-from gptcourse.classroom.slides import (
+from gptcourse.runtime import ROOT
+from gptcourse_kit.classroom.__main__ import main
+from gptcourse_kit.classroom.site import chapters
+from gptcourse_kit.classroom.slides import (
     CHUNK_ROWS,
     CODE_PX,
     MIN_PROSE_PX,
@@ -27,7 +28,6 @@ from gptcourse.classroom.slides import (
     exercises,
     md_blocks,
 )
-from gptcourse.runtime import ROOT
 
 
 @pytest.fixture(scope="module")

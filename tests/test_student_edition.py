@@ -20,8 +20,8 @@ import nbformat
 import pytest
 
 import gptcourse as gc
-from gptcourse.classroom.student import BEGIN, END, HOW_TO_SUBMIT, student_notebook
 from gptcourse.runtime import ROOT
+from gptcourse_kit.classroom.student import BEGIN, END, HOW_TO_SUBMIT, student_notebook
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))
 CHAPTERS = sorted(m.name for m in pkgutil.iter_modules(gc.check.__path__)
@@ -203,7 +203,7 @@ def _digest(folder: Path) -> dict[str, bytes]:
 
 @pytest.mark.parametrize("command", ["student", "site"])
 def test_out_that_contains_the_teacher_notebooks_is_refused(command, capsys):
-    from gptcourse.classroom.__main__ import main
+    from gptcourse_kit.classroom.__main__ import main
 
     before = _digest(ROOT / "notebooks")
     for out in (ROOT / "notebooks", ROOT):
@@ -215,7 +215,7 @@ def test_out_that_contains_the_teacher_notebooks_is_refused(command, capsys):
 
 
 def test_existing_output_files_are_not_overwritten(tmp_path, capsys):
-    from gptcourse.classroom.__main__ import main
+    from gptcourse_kit.classroom.__main__ import main
 
     assert main(["student", "--out", str(tmp_path)]) == 0
     capsys.readouterr()
@@ -241,7 +241,7 @@ def test_student_site_has_no_solution_code_and_no_checker_results(tmp_path, edit
     没有检查器的“正确 ✓”；给定的代码和图照样在。"""
     import html
 
-    from gptcourse.classroom.site import build_site
+    from gptcourse_kit.classroom.site import build_site
 
     build_site(tmp_path, edition="student")
     for path in NOTEBOOKS:

@@ -20,8 +20,8 @@ import os
 import nbformat
 import pytest
 
-from gptcourse.classroom.student import BEGIN, END, student_notebook
 from gptcourse.runtime import ROOT
+from gptcourse_kit.classroom.student import BEGIN, END, student_notebook
 
 NOTEBOOKS = {p.name[:2]: p for p in sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))}
 # (笔记本, 没做的练习单元格 id) → 这次运行里必须出现的句子（演示仍然讲对了）

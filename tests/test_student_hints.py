@@ -25,8 +25,8 @@ import nbformat
 import pytest
 
 import gptcourse as gc
-from gptcourse.classroom.student import BEGIN, END, student_notebook
 from gptcourse.runtime import ROOT
+from gptcourse_kit.classroom.student import BEGIN, END, student_notebook
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("0[1-5]_*.ipynb"))
 MIN_CHARS = 18

@@ -377,7 +377,7 @@ def test_compile_failure_falls_back_to_eager(ids, monkeypatch, capsys):
 
 # ------------------------------------------------------------------ 基准（只看结构，不看数值）
 def test_training_bench_quick_has_reference_ratio_and_ceilings(capsys):
-    from gptcourse.bench import training as bench
+    from gptcourse_kit.bench import training as bench
 
     r = bench.run(quick=True, vocab_size=64)
     out = capsys.readouterr().out

@@ -35,6 +35,7 @@ from .attention import (
     merge_heads,
     merge_heads_no_transpose,
 )
+from .cache import CatCache, bench_model
 from .common import Diagnosis, real_data, tiny_config
 from .sampling import (
     check_long_generation,

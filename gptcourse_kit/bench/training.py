@@ -21,12 +21,12 @@ import time
 
 import torch
 
-from ..config import preset
-from ..data import get_batch
-from ..model import GPT
-from ..precision import bf16_decision
-from ..train import TrainConfig, batch_generator, param_groups, train
-from .machine import CEILING_REPEATS, limits, machine_info, matmul_ceiling
+from gptcourse.config import preset
+from gptcourse.data import get_batch
+from gptcourse.machine import CEILING_REPEATS, limits, machine_info, matmul_ceiling
+from gptcourse.model import GPT
+from gptcourse.precision import bf16_decision
+from gptcourse.train import TrainConfig, batch_generator, param_groups, train
 
 EVAL_EVERY, EVAL_BATCHES = 250, 10           # 发布配方的评估频率（见 docs/benchmarks.md）
 
@@ -68,8 +68,8 @@ def run(quick: bool = False, vocab_size: int | None = None) -> dict:
     quick=True 时模型更小、步数更少、不编译（只看能不能跑，测试用）。
     """
     if vocab_size is None:
-        from ..data import load_corpus
-        from ..tokenizer import CharTokenizer
+        from gptcourse.data import load_corpus
+        from gptcourse.tokenizer import CharTokenizer
         vocab_size = CharTokenizer.from_text(load_corpus("tang_jinti").train).vocab_size
     cfg = preset("course", vocab_size=vocab_size, **(dict(n_layer=1, block_size=32)
                                                      if quick else {}))

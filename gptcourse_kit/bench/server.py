@@ -1,4 +1,4 @@
-"""网页演示的负载测试：``python -m gptcourse.bench.server [--quick]``。
+"""网页演示的负载测试：``python -m gptcourse_kit.bench.server [--quick]``。
 
 在 127.0.0.1 的空闲端口上用子进程启动 ``python -m gptcourse serve``（随课程发布的模型，默认限额），
 然后在本进程里用线程扮演客户端，全部在同一次运行里测量：
@@ -29,7 +29,8 @@ import threading
 import time
 from pathlib import Path
 
-from ..checkpoint import SHIPPED
+from gptcourse.checkpoint import SHIPPED
+
 from .training import machine_info
 
 CONCURRENCY = (1, 4, 16)
@@ -211,9 +212,9 @@ def run(quick: bool = False, requests: int | None = None, time_limit: float = 60
 def single_vs_library(port: int, checkpoint: Path, requests: int, max_new_tokens: int) -> tuple:
     """1 个客户端，与直接调用 generate()（不经过 HTTP，同样的参数）交替进行，两边赶上同样的
     机器负载 → (库的统计, 服务器的统计)。请求/秒 = 请求数 / 各自用时之和。"""
-    from .. import checkpoint as ckpt
-    from ..generate import generate
-    from ..serve import DEFAULTS
+    from gptcourse import checkpoint as ckpt
+    from gptcourse.generate import generate
+    from gptcourse.serve import DEFAULTS
 
     model, tok, _ = ckpt.load(checkpoint)
     model.eval()
@@ -334,7 +335,7 @@ def demo_latency(requests: int = 50, clients=(1, 8), checkpoint: Path = SHIPPED,
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m gptcourse.bench.server",
+    p = argparse.ArgumentParser(prog="python -m gptcourse_kit.bench.server",
                                 description="网页演示的负载测试（127.0.0.1，固定请求数与时间上限）")
     p.add_argument("--quick", action="store_true", help="每行只发 8 个请求")
     p.add_argument("--requests", type=int, default=None,

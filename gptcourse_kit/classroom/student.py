@@ -28,7 +28,7 @@ from pathlib import Path
 
 import nbformat
 
-from ..errors import UserError
+from gptcourse.errors import UserError
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 HINT = re.compile(r"^\s*#\s*提示[:：]\s*(.*)$")
@@ -263,7 +263,7 @@ def write_bundle(notebooks: list[Path], out: Path, force: bool = False) -> Path:
     """学生包 ``out/学生版.zip``：学生版笔记本（``notebooks/``）、``安装说明.md``，以及运行它们要的
     ``gptcourse`` 包、``data/``、``pyproject.toml``——解压后 ``pip install -e .`` 就能用，
     没有教师版的 ``notebooks/``。"""
-    from ..runtime import ROOT
+    from gptcourse.runtime import ROOT
 
     target = Path(out) / "学生版.zip"
     check_out_dir(notebooks, out, [target], force)

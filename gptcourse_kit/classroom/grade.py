@@ -44,8 +44,9 @@ from pathlib import Path
 
 import nbformat
 
-from ..errors import UserError
-from ..runtime import ROOT
+from gptcourse.errors import UserError
+from gptcourse.runtime import ROOT
+
 from . import sandbox
 from .judge import sanitize
 
@@ -415,7 +416,7 @@ def _judge(spec: dict, opts: Options) -> tuple[dict[str, dict], str | None, list
         env = {**_env(private), "PYTHONPATH": str(ROOT)}
         with open(private / "log.txt", "wb") as err:
             referee = subprocess.Popen(
-                [sys.executable, "-s", "-m", "gptcourse.classroom.referee",
+                [sys.executable, "-s", "-m", "gptcourse_kit.classroom.referee",
                  str(private / "spec.json"), str(mine.fileno())],
                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=err, env=env,
                 pass_fds=(mine.fileno(),), cwd=ROOT, preexec_fn=_referee_limits(opts.limits))
@@ -424,7 +425,7 @@ def _judge(spec: dict, opts: Options) -> tuple[dict[str, dict], str | None, list
                                   args=(io.TextIOWrapper(referee.stdout, encoding="utf-8",
                                                          errors="replace"), lines), daemon=True)
         reader.start()
-        argv = [sys.executable, "-m", "gptcourse.classroom.judge", str(scratch / "spec.json"),
+        argv = [sys.executable, "-m", "gptcourse_kit.classroom.judge", str(scratch / "spec.json"),
                 str(theirs.fileno())]
         try:
             out = sandbox.run(argv, scratch=scratch, timeout=opts.timeout, limits=opts.limits,

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime import ROOT
+from gptcourse.runtime import ROOT
 
 UNSEALED = ("注意：作业将不封闭地运行（{why}）——学生的代码以你的身份运行，能读写你的文件、"
             "联网、留下进程（时限与内存限额仍然有效）；只给信得过的作业这样评分，"

@@ -14,8 +14,8 @@ import time
 
 import torch
 
-from ..errors import UserError
-from ..generate import generate
+from gptcourse.errors import UserError
+from gptcourse.generate import generate
 
 
 def available() -> bool:

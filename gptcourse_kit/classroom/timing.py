@@ -1,8 +1,8 @@
 """教师指南里“每节现场演示几秒”的数从这里来：以快速模式执行笔记本，按小节汇总每个单元格的用时。
 
-    python -m gptcourse.classroom times                         # 五章教师版，快速模式
-    python -m gptcourse.classroom times 01_data_tokenizer --json 用时.json
-    python -m gptcourse.classroom times --edition student       # 学生版（现场演示用的就是它）
+    python -m gptcourse_kit.classroom times                         # 五章教师版，快速模式
+    python -m gptcourse_kit.classroom times 01_data_tokenizer --json 用时.json
+    python -m gptcourse_kit.classroom times --edition student       # 学生版（现场演示用的就是它）
 
 每个笔记本在一个新内核里从上到下执行一次（``GPTCOURSE_QUICK=1``，与指南里“现场演示用快速模式”
 相同），执行结果不写回文件。打印每一节（最近的 ``##`` / ``###`` 标题）的秒数、最慢的单元格（从 0 数
@@ -75,7 +75,7 @@ def time_notebook(path: Path, edition: str = "teacher", timeout: int = 600) -> d
 
 
 def report(results: list[dict], slow: float = 1.0) -> str:
-    from ..bench.machine import machine_info
+    from gptcourse.machine import machine_info
 
     lines = [f"机器：{machine_info()}", f"负载（1/5/15 分钟）：{os.getloadavg()}" if hasattr(
         os, "getloadavg") else "负载：未知", ""]

@@ -7,7 +7,7 @@ JSON 文件改（``load_weights``）::
 
     [kinds]            # 按种类改
     predict = 0.5
-    [nb01]             # 按练习改（练习名见 python -m gptcourse.classroom grade 打印的表头）
+    [nb01]             # 按练习改（练习名见 python -m gptcourse_kit.classroom grade 打印的表头）
     bpe_train = 4
 
 CSV 用带 BOM 的 UTF-8（中文 Windows 上的 Excel 双击就能正确显示），宽表每个学生一行。没用

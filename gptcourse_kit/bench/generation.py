@@ -1,4 +1,4 @@
-"""生成速度基准：``python -m gptcourse.bench --only generation``。
+"""生成速度基准：``python -m gptcourse_kit.bench --only generation``。
 
 一次运行里并排测量三张表，全部走公开的 ``generate`` / ``generate_batch``（不是只测模型）：
 
@@ -26,13 +26,12 @@ from contextlib import contextmanager
 
 import torch
 
-from ..config import preset
-from ..fastdecode import CACHE_ENV, compiler_available
-from ..generate import generate, generate_batch
-from ..model import GPT, KVCache
-from ..quantize import quantize_dynamic_int8
-from ..runtime import ROOT
-from .machine import cache_holding, cache_levels, machine_info, matmul_ceiling
+from gptcourse.fastdecode import CACHE_ENV, compiler_available
+from gptcourse.generate import generate, generate_batch
+from gptcourse.machine import cache_holding, cache_levels, machine_info, matmul_ceiling
+from gptcourse.mistakes.cache import CatCache, bench_model
+from gptcourse.quantize import quantize_dynamic_int8
+from gptcourse.runtime import ROOT
 
 LENGTHS = (32, 64, 128, 256, 512)
 DEFAULT = "默认（fp32 · 预分配缓存 · SDPA · inference_mode · 1 线程）"
@@ -44,24 +43,6 @@ MATVEC = "只做矩阵 × 向量 ×100（fp32 权重各读一遍）"
 MATVEC_BF16 = "只做矩阵 × 向量 ×100（bf16 权重）"
 PROMPT_LEN = 8
 PROMPT = "春风吹绿江南岸"                                   # 加上开头的换行正好 8 个词元
-
-
-def bench_model(vocab_size: int = 6436, block_size: int = 640, seed: int = 0) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(preset("course", vocab_size=vocab_size, block_size=block_size)).eval()
-
-
-class CatCache(KVCache):
-    """参照：旧式缓存，每一步用 ``torch.cat`` 把新的 K、V 拼到旧缓存后面（整块复制一遍）。"""
-
-    def write(self, layer, start, k, v):
-        if layer == len(self.k):
-            self.k.append(k)
-            self.v.append(v)
-        else:
-            self.k[layer] = torch.cat([self.k[layer], k], dim=2)
-            self.v[layer] = torch.cat([self.v[layer], v], dim=2)
-        return self.k[layer], self.v[layer]
 
 
 @contextmanager
@@ -219,7 +200,7 @@ def shipped_levers(model, tok, rounds: int, n_poems: int, release: dict | None =
 def cache_table(lengths=LENGTHS, repeats: int = 2, tok=None) -> list[dict]:
     """表 3：随机权重的课程设计（block_size ≥ 640），贪心写 n 个新词元，缓存 vs 整段重算。"""
     if tok is None:
-        from ..tokenizer import CharTokenizer
+        from gptcourse.tokenizer import CharTokenizer
         hanzi = "".join(map(chr, range(0x4E00, 0x4E00 + 6420)))  # 词表大小与课程模型相近
         tok = CharTokenizer.from_text("\n" + PROMPT + hanzi)
     model = bench_model(vocab_size=tok.vocab_size,
@@ -263,7 +244,7 @@ def run(quick: bool = False, lengths: tuple[int, ...] | None = None, repeats: in
     result: dict = {"machine": info, "quick": quick}
     try:
         if lengths is None:
-            from .. import checkpoint, release
+            from gptcourse import checkpoint, release
             model, tok, meta = checkpoint.load()
             model.eval()
             n_poems, rounds = (2, 1) if quick else (4, 3)

@@ -51,7 +51,7 @@ _SAFE_DECORATORS = {"torch.no_grad", "torch.inference_mode", "torch.enable_grad"
 _CONVENTIONAL = {"torch": "torch", "nn": "torch.nn", "F": "torch.nn.functional", "math": "math",
                  "functools": "functools", "dataclasses": "dataclasses", "np": "numpy",
                  "re": "re", "collections": "collections", "gc": "gptcourse"}
-_FORBIDDEN_IMPORTS = ("gptcourse.check", "gptcourse.classroom", "builtins", "ctypes")
+_FORBIDDEN_IMPORTS = ("gptcourse.check", "gptcourse_kit", "builtins", "ctypes")
 # 定义时允许调用的库函数（模块名必须按惯例导入，见 _CONVENTIONAL）：只构造数据，不运行学生的代码
 _SAFE_LIBRARY_CALLS = {"re.compile", "collections.Counter", "collections.OrderedDict",
                        "torch.tensor", "torch.arange", "torch.zeros", "torch.ones",

@@ -1,6 +1,6 @@
 """训练到目标损失要多久：随课程发布的配方 vs 朴素的参照循环（同一台机器、同一次运行）。
 
-    python -m gptcourse.bench --only target        # 空闲的 2 核机器上约半小时
+    python -m gptcourse_kit.bench --only target        # 空闲的 2 核机器上约半小时
 
 - **发布配方**：随课程发布的 course.pt 自己记下的训练命令（``meta["release"]["recipe"]``，
   即 ``scripts/release_course.py`` 的 RECIPE），原样交给 ``python -m gptcourse train``，只多加
@@ -21,13 +21,14 @@ from pathlib import Path
 
 import torch
 
-from .. import checkpoint
-from ..config import preset
-from ..data import load_corpus, vocabulary_text
-from ..evaluate import split_loss
-from ..model import GPT
-from ..runtime import set_seed
-from ..tokenizer import CharTokenizer
+from gptcourse import checkpoint
+from gptcourse.config import preset
+from gptcourse.data import load_corpus, vocabulary_text
+from gptcourse.evaluate import split_loss
+from gptcourse.model import GPT
+from gptcourse.runtime import set_seed
+from gptcourse.tokenizer import CharTokenizer
+
 from .training import reference_loop
 
 TARGETS = (4.60, 4.50)          # issue 29 的两个目标（split_loss，整个验证集）
@@ -57,7 +58,7 @@ def _val(quick: bool) -> str:
 
 def release_run(work: Path, quick: bool) -> dict:
     """照发布配方训练一次（带快照），返回 {"command", "rows", "wall_s"}。"""
-    from ..cli import main as cli_main
+    from gptcourse.cli import main as cli_main
 
     args = [*recipe(), *(QUICK if quick else []), "--no-progress",
             "--snapshots", str(work / "snap"), "--out", str(work / "release.pt")]

@@ -2,7 +2,7 @@
 
 渲染用 nbconvert 的 ``basic`` 模板（只出单元格的 HTML），外面套我们自己的页面：导航、上一章/下一章、
 本章目录。网页打开时什么都不从网络加载：课程的中文字体、样式、代码高亮和 KaTeX（连同它的 TeX
-字体，随包分发在 ``gptcourse/classroom/assets/``）都复制进 ``assets/``，图是内嵌的 PNG。
+字体，随包分发在 ``gptcourse_kit/classroom/assets/``）都复制进 ``assets/``，图是内嵌的 PNG。
 直接双击 index.html 也能看。
 
 - 公式用 KaTeX 渲染（而不是 MathJax 2：PyPI 上的 jupyter-server-mathjax 没有带 TeX 字体，
@@ -17,6 +17,7 @@ from __future__ import annotations
 import html
 import re
 import shutil
+from importlib import resources
 from pathlib import Path
 
 import nbformat
@@ -24,9 +25,9 @@ from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from pygments.formatters import HtmlFormatter
 
-from ..runtime import ROOT
+from gptcourse.runtime import ROOT
 
-FONT = Path(__file__).resolve().parent.parent / "fonts" / "GPTCourseCJKSans-Regular.otf"
+FONT = Path(str(resources.files("gptcourse") / "fonts" / "GPTCourseCJKSans-Regular.otf"))
 
 TITLE = "从零构建一个会写唐诗的 GPT"
 STYLE = """

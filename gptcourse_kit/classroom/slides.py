@@ -1,6 +1,6 @@
 """课堂用的幻灯片与答案讲义，都从笔记本生成、离线可用。
 
-- ``python -m gptcourse.classroom slides --out 目录 [--edition student|teacher]``：每章一套
+- ``python -m gptcourse_kit.classroom slides --out 目录 [--edition student|teacher]``：每章一套
   reveal.js 幻灯片（``01_data_tokenizer.html`` …），按 1280×720 的投影排版：
   - **一页一件事**：每个标题开始新的一页；一页上是标题加几行字、一段代码（含它的短输出）或一张图。
   - **讲稿在备注里**：说明单元格的正文不上屏，放进每页的讲稿（按 S 打开讲稿窗口）；屏上只留
@@ -12,10 +12,10 @@
   每页的高度在 Python 里按字数估算、装箱；浏览器里再用一小段脚本兜底（仍然放不下时把正文字号
   从 28 px 缩小，最小 ``MIN_PROSE_PX``；代码字号不变）。``tests/test_slides.py`` 在 Chromium 里以
   1280×720 打开每一套，检查没有一页溢出、字号不小于下限，并存下截图。
-  reveal.js 5 与 KaTeX 随包分发（``gptcourse/classroom/assets/``），不连网。
+  reveal.js 5 与 KaTeX 随包分发（``gptcourse_kit/classroom/assets/``），不连网。
   选 reveal.js 自己拼页面，而不是 nbconvert 的 slides 导出器：后者的模板从 CDN 加载 reveal.js
   与 require.js，还要求每个单元格事先标好 ``slide_type``。
-- ``python -m gptcourse.classroom handout --out 目录``：``answers.html``，一页里是五章全部练习的
+- ``python -m gptcourse_kit.classroom handout --out 目录``：``answers.html``，一页里是五章全部练习的
   题目说明、参考答案（教师版 ``### BEGIN SOLUTION`` 单元格）和检查单元格——发给助教或课后公布。
 """
 from __future__ import annotations

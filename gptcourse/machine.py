@@ -1,4 +1,4 @@
-"""基准的地基：这台机器是什么、现在忙不忙、物理上限是多少。
+"""这台机器是什么、现在忙不忙、物理上限是多少：笔记本报告用时与速度时说明在哪台机器上量的，速度基准也以它为地基。
 
 速度数字只有在**安静**的机器上才可信：别的进程抢走的 CPU 时间会让每个数都变小，而且变小的比例
 随时在变。所以基准在开始和结束时各拍一张“快照”（时间、负载平均、CPU 型号与指令集、线程数，
@@ -11,7 +11,7 @@
   ``MAX_DRIFT``（15 %）以上：别的负载会压低大多数次，宿主偶尔的一次抖动只压低一次（2 核的云主机
   AMD EPYC 上什么都不跑、连续测 8 次，最快与最慢就差 11 %，单次低到 −19 %），
 
-就算“忙”：``python -m gptcourse.bench`` 拒绝把结果写进 ``docs/benchmarks.*``，除非加
+就算“忙”：速度基准（课堂工具包里的 ``bench``）拒绝把结果写进 ``docs/benchmarks.*``，除非加
 ``--allow-busy``——那时每个数字都标上“机器忙”。
 
 物理上限（每个结果都报告它占上限的比例）：
@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from ..precision import bf16_decision, cpu_info
+from .precision import bf16_decision, cpu_info
 
 MAX_OTHER_SHARE = 0.15          # 别的进程最多用掉全部核的这么多
 MAX_LOAD_PER_CORE = 0.3         # 1 分钟负载平均 / 核数

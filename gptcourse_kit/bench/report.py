@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import statistics
 
+from gptcourse.machine import steal_share
+
 from .generation import _md, markdown_levers, markdown_table
-from .machine import steal_share
 
 
 def _quiet(q: dict) -> str:
@@ -71,7 +72,7 @@ def _training(t: dict) -> list[str]:
     rows = [[x["case"], f"{x['tokens_per_s']:,.0f}", f"{x['ratio']:.2f}×", f"{x['gflops']:.1f}",
              f"{x['of_ceiling']:.0%}", "—" if x["warmup_s"] is None else f"{x['warmup_s']:.0f}"]
             for x in t["training"]]
-    out = ["## 训练速度（`python -m gptcourse.bench --only training`）", "",
+    out = ["## 训练速度（`python -m gptcourse_kit.bench --only training`）", "",
            f"course 预设（{mod['n_layer']} 层），{mod['params']:,} 个参数；批次 "
            f"{mod['batch_size']}×{mod['block_size']}；各配置分段交替运行（每段 "
            f"{mod['steps_per_segment']} 步，{mod['rounds']} 段取中位数）。参照 = "
@@ -98,7 +99,7 @@ def _training(t: dict) -> list[str]:
 
 
 def _generation(g: dict) -> list[str]:
-    out = ["## 生成速度（`python -m gptcourse.bench --only generation`）", "",
+    out = ["## 生成速度（`python -m gptcourse_kit.bench --only generation`）", "",
            "### 1. 随课程发布的模型，批大小 1，带 KV 缓存（全部走 `generate()`）", "",
            "各配置按轮交替计时，取各轮中位数；每个数给墙钟与本进程 CPU 时间两种口径。", "",
            markdown_levers(g)]
@@ -152,9 +153,9 @@ def _generation(g: dict) -> list[str]:
 
 def markdown(results: dict) -> str:
     lines = ["# 速度基准", "",
-             "本文件由 `python -m gptcourse.bench` 自动生成，每一节的数字都来自同一次运行"
+             "本文件由 `python -m gptcourse_kit.bench` 自动生成，每一节的数字都来自同一次运行"
              "（原始数据 `docs/benchmarks.json`）；测试套件从不计时。机器不安静时基准拒绝写出本文件"
-             "（理由见 `gptcourse/bench/machine.py`）。", "", *_machine(results), ""]
+             "（理由见 `gptcourse/machine.py`）。", "", *_machine(results), ""]
     if "training" in results:
         lines += _training(results["training"]) + [""]
     lines += ["### 发布配方训练到目标损失的时间（`--only target`）", "",
@@ -165,9 +166,9 @@ def markdown(results: dict) -> str:
 
 
 def _target(t: dict | None) -> list[str]:
-    """“训练到目标损失要多久”的表（gptcourse/bench/target.py）；还没跑过时说怎么跑。"""
+    """“训练到目标损失要多久”的表（gptcourse_kit/bench/target.py）；还没跑过时说怎么跑。"""
     if not t:
-        return ["还没有量过：在空闲的机器上运行 `python -m gptcourse.bench --only target`"
+        return ["还没有量过：在空闲的机器上运行 `python -m gptcourse_kit.bench --only target`"
                 "（约半小时）。"]
 
     def sec(v):
