@@ -14,7 +14,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import UserError
-from .verse import is_hanzi, is_valid_form, rates, repeated_rhyme_rate, split_lines
+from .verse import (
+    LINE_LENGTHS,
+    is_hanzi,
+    is_valid_form,
+    rates,
+    repeated_rhyme_rate,
+    split_lines,
+)
 
 
 # ---------------------------------------------------------------- 新颖度
@@ -93,7 +100,7 @@ def train_lines(train_text: str) -> set[str]:
 
 def copied_line_rate(poems: list[str], known_lines: set[str]) -> float:
     """生成的句子（5 或 7 字）里，原样出现在训练集中的比例；没有这样的句子时为 0。"""
-    lines = [ln for p in poems for ln in split_lines(p)[0] if len(ln) in (5, 7)]
+    lines = [ln for p in poems for ln in split_lines(p)[0] if len(ln) in LINE_LENGTHS]
     return sum(ln in known_lines for ln in lines) / len(lines) if lines else 0.0
 
 

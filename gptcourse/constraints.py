@@ -44,6 +44,10 @@ from .verse import (
     BOTH,
     COMMA,
     FORMS,
+    LINE_COUNTS,
+    LINE_LENGTHS,
+    LONGEST_LINE,
+    MOST_LINES,
     PERIOD,
     PING,
     PUNCT,
@@ -51,6 +55,7 @@ from .verse import (
     RhymeGroupError,
     end_marks,
     foot_lines,
+    forms_with,
     group_names,
     is_hanzi,
     ping_groups,
@@ -168,8 +173,9 @@ class VerseConstraint:
                 raise UserError(f"藏头字不在词表里：{'、'.join(missing)}")
             if len(acrostic) != self.n_lines:
                 raise UserError(f"{form}有 {self.n_lines} 句，藏头字却有 {len(acrostic)} 个")
-            if self.n_lines not in (4, 8):
-                raise UserError(f"藏头字应有 4 个（绝句）或 8 个（律诗），收到 {len(acrostic)} 个")
+            if self.n_lines not in LINE_COUNTS:
+                want = "或 ".join(f"{n} 个（{'、'.join(forms_with(n))}）" for n in LINE_COUNTS)
+                raise UserError(f"藏头字应有 {want}，收到 {len(acrostic)} 个")
         self.form, self.acrostic = form, acrostic or None
         self.rhyme_group = resolve_group(rhyme_group) if rhyme_group is not None else None
         self.rhyme, self.tones = bool(rhyme or self.rhyme_group), bool(tones)
@@ -180,7 +186,7 @@ class VerseConstraint:
         self._cache = vocab.cache                    # 掩码只取决于词表：同一个分词器的约束共用
         if len(self._cache) > 20000:                 # 缓存只是加速，太大就重来
             self._cache.clear()
-        n = self.n_lines or 8                 # 没定句数时按 8 句：前 4 句的规则与绝句相同
+        n = self.n_lines or MOST_LINES        # 没定句数时按最长的算：前 4 句的规则与绝句相同
         self._rhyme_lines, self._foot_lines = rhyme_lines(n), foot_lines(n)
         self._states: dict[str, State] = {"": State(0, 0, self.line_len, (), (), None)}
         if self.rhyme_group and not self._rhyme_mask(None).any():
@@ -228,11 +234,12 @@ class VerseConstraint:
 
     def _step(self, s: State, ch: str) -> State:
         line, count, L, cur, prev, groups, last, rhymed = s
-        if line >= (self.n_lines or 8):
-            raise UserError(f"这首诗已经写完 {self.n_lines or 8} 句，后面不能再有“{ch}”")
+        if line >= (self.n_lines or MOST_LINES):
+            raise UserError(f"这首诗已经写完 {self.n_lines or MOST_LINES} 句，后面不能再有“{ch}”")
         if ch in PUNCT:
-            if not (count == L if L is not None else count in (5, 7)):
-                raise UserError(f"第 {line + 1} 句有 {count} 个字，应为 {L if L else '5 或 7'} 个")
+            if not (count == L if L is not None else count in LINE_LENGTHS):
+                want = L if L else " 或 ".join(map(str, LINE_LENGTHS))
+                raise UserError(f"第 {line + 1} 句有 {count} 个字，应为 {want} 个")
             if ch not in end_marks(line):
                 raise UserError(f"第 {line + 1} 句应以“{'”“'.join(end_marks(line))}”之一结尾，"
                                  f"收到“{ch}”")
@@ -243,8 +250,8 @@ class VerseConstraint:
             raise UserError(f"格式约束下不能出现字符 {ch!r}（只允许汉字与句末标点）")
         if count == 0 and self.acrostic and ch != self.acrostic[line]:
             raise UserError(f"藏头诗第 {line + 1} 句应以“{self.acrostic[line]}”开头，收到“{ch}”")
-        if count + 1 > (L or 7):
-            raise UserError(f"第 {line + 1} 句超过了 {L or 7} 个字")
+        if count + 1 > (L or LONGEST_LINE):
+            raise UserError(f"第 {line + 1} 句超过了 {L or LONGEST_LINE} 个字")
         if self._at_foot(s):
             pool = groups if groups is not None else (
                 {self.rhyme_group} if self.rhyme_group else set(group_names(PING)))
@@ -287,7 +294,8 @@ class VerseConstraint:
 
         规则是 ``verse.tone_pairs``：后写的一端正好是下一个字的那几条；另一端在这一句（cur）
         或上一句（prev）。"""
-        rules = _pairs_ending_at(s.L or 7, self.n_lines or 8).get((s.line, s.count))
+        pairs = _pairs_ending_at(s.L or LONGEST_LINE, self.n_lines or MOST_LINES)
+        rules = pairs.get((s.line, s.count))
         if rules is None:
             return None
         want = set()
@@ -335,17 +343,17 @@ class VerseConstraint:
     def allowed(self, poem: str) -> torch.Tensor:
         """下一个词元的允许掩码 [V]（True = 允许）。"""
         s = self._parse(poem)
-        if s.line == (self.n_lines or 8):
+        if s.line == (self.n_lines or MOST_LINES):
             return self.only(self.eos_id)                        # 写完了：只能结束
-        if self.n_lines is None and s.line == 4 and s.count == 0:
+        if self.n_lines is None and s.line in LINE_COUNTS and s.count == 0:
             return self._hanzi_mask(s) | self.only(self.eos_id)  # 没定诗体：绝句到此可结束
         ends = self._end_mask(s.line)
-        if s.count == (s.L or 7):
+        if s.count == (s.L or LONGEST_LINE):
             return ends                                          # 一句写满：只能是句末标点
         if s.count == 0 and self.acrostic:
             return self.only(self._id[self.acrostic[s.line]])    # 藏头：首字固定
         m = self._hanzi_mask(s)
-        if s.L is None and s.count == 5:                         # 第一句：可以在 5 字处收尾
+        if s.L is None and s.count in LINE_LENGTHS:              # 第一句：可以在五言处收尾
             return m | ends
         return m
 

@@ -28,8 +28,7 @@ import torch.nn.functional as F
 from .errors import UserError
 from .model import eval_mode
 from .titled import normalise, titled
-from .verse import PUNCT as SENTENCE_MARKS  # 断句的标点（规则在 verse；语料里只出现 ，。？！）
-from .verse import analyze, is_hanzi
+from .verse import LINE_ENDS, LINE_LENGTHS, LONGEST_LINE, MOST_LINES, analyze, is_hanzi
 
 K_GRID = (1e-3, 3e-3, 0.01, 0.03, 0.1, 0.3, 1.0)     # 加 k 平滑的候选 k（在验证集上挑）
 LN2 = math.log(2)
@@ -207,7 +206,7 @@ def baselines(tok, train_text: str, val_text: str, test_text: str | None = None,
 
 
 # ---------------------------------------------------------------- 诗内逐位置的损失
-SLOTS = ("第1字", "第2字", "第3字", "第4字", "第5字", "第6字", "第7字", "标点", "换行")
+SLOTS = (*(f"第{i}字" for i in range(1, LONGEST_LINE + 1)), "标点", "换行")   # 句中位置的类别
 
 
 @dataclass
@@ -228,23 +227,23 @@ def loss_by_position(losses, text: str) -> PositionLoss:
     losses = torch.as_tensor(losses, dtype=torch.float64)
     if len(losses) != len(text):
         raise UserError(f"损失有 {len(losses)} 个，文本有 {len(text)} 个字，二者应一一对应")
-    sums = {w: np.zeros(len(SLOTS)) for w in (5, 7)}
-    cnts = {w: np.zeros(len(SLOTS), dtype=np.int64) for w in (5, 7)}
-    line_sum, line_cnt = np.zeros(8), np.zeros(8, dtype=np.int64)
+    sums = {w: np.zeros(len(SLOTS)) for w in LINE_LENGTHS}
+    cnts = {w: np.zeros(len(SLOTS), dtype=np.int64) for w in LINE_LENGTHS}
+    line_sum, line_cnt = np.zeros(MOST_LINES), np.zeros(MOST_LINES, dtype=np.int64)
     lv = losses.numpy()
     i = 0
     for poem in text.split("\n")[:-1] if text.endswith("\n") else text.split("\n"):
-        width = next((j for j, c in enumerate(poem) if c in SENTENCE_MARKS), 0)
+        width = next((j for j, c in enumerate(poem) if c in LINE_ENDS), 0)
         col, line = 0, 0
         for j, c in enumerate(poem + "\n"):
             v = lv[i + j]
             if c == "\n":
-                slot = 8
-            elif c in SENTENCE_MARKS:
-                slot, col, line = 7, 0, line + 1
+                slot = LONGEST_LINE + 1
+            elif c in LINE_ENDS:
+                slot, col, line = LONGEST_LINE, 0, line + 1
             else:
-                slot, col = min(col, 6), col + 1
-                if line < 8:
+                slot, col = min(col, LONGEST_LINE - 1), col + 1
+                if line < MOST_LINES:
                     line_sum[line] += v
                     line_cnt[line] += 1
             if width in sums:
@@ -252,10 +251,10 @@ def loss_by_position(losses, text: str) -> PositionLoss:
                 cnts[width][slot] += 1
         i += len(poem) + 1
     with np.errstate(invalid="ignore"):
-        by_slot = {w: (sums[w] / cnts[w]).tolist() for w in (5, 7)}
+        by_slot = {w: (sums[w] / cnts[w]).tolist() for w in LINE_LENGTHS}
         by_line = (line_sum / line_cnt).tolist()
     return PositionLoss(by_slot=by_slot, by_line=by_line,
-                        slot_counts={w: cnts[w].tolist() for w in (5, 7)})
+                        slot_counts={w: cnts[w].tolist() for w in LINE_LENGTHS})
 
 
 def poem_nll(model, tok, poems: list[str]) -> list[float]:

@@ -45,7 +45,7 @@ from .sampling import (
 )
 from .titles import OPEN, check_title, format_title
 from .titles import strip as strip_title
-from .verse import require_form
+from .verse import LONGEST_LINE, MOST_LINES, require_form
 
 DEFAULT_MAX_NEW_TOKENS = 100
 MAX_NEW_TOKENS_PER_BLOCK = 64     # max_new_tokens 的上限 = 64 × block_size（course：8192）
@@ -145,8 +145,8 @@ class VerseSpec:
 def poem_tokens(cons: VerseConstraint, poem: str = "") -> int:
     """在约束 ``cons`` 下，从 ``poem``（当前这首诗已有的文本）写完整首诗最多还要几个词元：
     每句按 7 字 + 标点算（诗体已定时按它），再加结束符。"""
-    line_len = cons.state(poem)[2] or cons.line_len or 7      # 已有文本不合格式 → UserError
-    return (cons.n_lines or 8) * (line_len + 1) + 1 - len(poem)
+    line_len = cons.state(poem)[2] or cons.line_len or LONGEST_LINE   # 不合格式 → UserError
+    return (cons.n_lines or MOST_LINES) * (line_len + 1) + 1 - len(poem)
 
 
 # ---------------------------------------------------------------- 解码循环

@@ -31,7 +31,8 @@ from torch import nn
 from . import verse
 from .errors import UserError
 from .model import GPT, lm_loss
-from .titles import CLOSE, OPEN
+from .titles import CLOSE
+from .titles import strip as strip_title
 
 PING_GROUPS = verse.group_names(verse.PING)        # 30 个平声韵部（表中顺序）
 TONE_CLASSES = (verse.PING, verse.ZE)
@@ -156,9 +157,7 @@ def _poems(ids: torch.Tensor, tok):
             seg, start = seg[1:], start + 1
         text = "".join(seg)
         if len(text) == len(seg):                          # 每个词元正好一个字
-            body = text
-            if text.startswith(OPEN) and CLOSE in text:
-                body = text[text.index(CLOSE) + 1:]
+            body = strip_title(text)
             yield start + len(text) - len(body), body
         start = end
 

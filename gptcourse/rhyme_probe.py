@@ -20,7 +20,7 @@ import torch
 from .constraints import _pieces
 from .errors import UserError
 from .model import eval_mode
-from .verse import PING, check_rhyme, group_names, line_spans, ping_groups, poem_form
+from .verse import PING, check_rhyme, group_names, line_ends, ping_groups, poem_form, rhyme_lines
 
 
 def rhyme_feet(poem: str) -> tuple[str, list[int]] | None:
@@ -30,7 +30,13 @@ def rhyme_feet(poem: str) -> tuple[str, list[int]] | None:
     r = check_rhyme(poem)
     if not r.rhymes:
         return None
-    return r.group, [b - 1 for _, b, _ in line_spans(poem)[1::2]]
+    return r.group, _feet(poem)
+
+
+def _feet(poem: str) -> list[int]:
+    """必须押韵的句（双数句）末字的下标。"""
+    ends = line_ends(poem)
+    return [ends[i] for i in rhyme_lines(len(ends))]
 
 
 def chance_mass(train_text: str) -> dict[str, float]:
@@ -38,7 +44,7 @@ def chance_mass(train_text: str) -> dict[str, float]:
     counts: Counter = Counter()
     for poem in train_text.split("\n"):
         if poem and poem_form(poem) is not None:
-            counts.update(poem[b - 1] for _, b, _ in line_spans(poem)[1::2])
+            counts.update(poem[i] for i in _feet(poem))
     total = sum(counts.values())
     if not total:
         raise UserError("训练文本里没有合乎诗体的诗，无法估计机会水平")

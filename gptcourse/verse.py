@@ -66,6 +66,10 @@ EVEN_ENDS = "。？！"                      # 双数句可用的句末标点
 LINE_ENDS = ODD_ENDS + EVEN_ENDS          # 断句只看这四个（诗体、押韵、平仄同一套）
 FORMS: dict[str, tuple[int, int]] = {"五绝": (5, 4), "五律": (5, 8), "七绝": (7, 4), "七律": (7, 8)}
 FORM_OF: dict[tuple[int, int], str] = {v: k for k, v in FORMS.items()}    # (字数, 句数) → 名字
+# 诗体的几何都从 FORMS 推出来（加一种诗体 = FORMS 加一行）；别的模块不写 5/7/4/8 这样的字面量
+LINE_LENGTHS: tuple[int, ...] = tuple(sorted({L for L, _ in FORMS.values()}))   # 每句几个字：(5, 7)
+LINE_COUNTS: tuple[int, ...] = tuple(sorted({n for _, n in FORMS.values()}))    # 每首几句：(4, 8)
+LONGEST_LINE, MOST_LINES = LINE_LENGTHS[-1], LINE_COUNTS[-1]
 PING, ZE, BOTH = "平", "仄", "中"
 # 常见的邻韵（同一组里的平声韵部互为邻韵），只用于"首句借邻韵"
 NEIGHBOURS = (("东", "冬"), ("江", "阳"), ("支", "微", "齐"), ("鱼", "虞"), ("佳", "灰"),
@@ -99,6 +103,24 @@ def line_spans(poem: str) -> list[tuple[int, int, str]]:
     if start < len(poem):
         spans.append((start, len(poem), ""))
     return spans
+
+
+def forms_with(n_lines: int) -> tuple[str, ...]:
+    """有 n_lines 句的诗体。
+
+    >>> forms_with(4)
+    ('五绝', '七绝')
+    """
+    return tuple(name for name, (_, n) in FORMS.items() if n == n_lines)
+
+
+def line_ends(poem: str) -> list[int]:
+    """每一句（有句末标点、不空）末字在 poem 里的下标。
+
+    >>> line_ends("白日依山尽，黄河入海流。")
+    [4, 10]
+    """
+    return [b - 1 for a, b, mark in line_spans(poem) if mark and b > a]
 
 
 def split_lines(poem: str) -> tuple[list[str], list[str]]:
@@ -261,8 +283,7 @@ def check_rhyme(poem: str, neighbours: bool = False, strict: bool = False) -> Rh
     """
     if not isinstance(poem, str):
         raise TypeError(f"poem 应是字符串，收到 {type(poem).__name__}")
-    spans = [s for s in line_spans(poem) if s[2] and s[1] > s[0]]
-    ends = [b - 1 for _, b, _ in spans]                 # 每句末字的下标
+    ends = line_ends(poem)                              # 每句末字的下标
     even = [ends[i] for i in rhyme_lines(len(ends))]
     if not even:
         return RhymeCheck(False, None, [], False)
@@ -283,8 +304,13 @@ def check_rhyme(poem: str, neighbours: bool = False, strict: bool = False) -> Rh
 
 # ---------------------------------------------------------------- 平仄
 def tone_positions(line_len: int) -> tuple[int, ...]:
-    """一句里要讲平仄的位置（从 0 数）：五言第 2、4 字，七言第 2、4、6 字。"""
-    return (1, 3) if line_len == 5 else (1, 3, 5)
+    """一句里要讲平仄的位置（从 0 数）：双数字，最后一个字（韵脚）之前。五言第 2、4 字，
+    七言第 2、4、6 字。
+
+    >>> tone_positions(5), tone_positions(7)
+    ((1, 3), (1, 3, 5))
+    """
+    return tuple(range(1, line_len - 1, 2))
 
 
 class TonePair(NamedTuple):

@@ -394,7 +394,7 @@ def test_rhyme_errors(tok, rope_model):
         generate(rope_model, tok, "春眠不觉晓，处处闻啼鸟。", form="五绝", rhyme=True)
     with pytest.raises(ValueError, match="下平七阳"):
         generate(rope_model, tok, "白日依山尽，黄河入海流。", form="五绝", rhyme_group="阳")
-    with pytest.raises(ValueError, match="4 个（绝句）或 8 个"):
+    with pytest.raises(ValueError, match="4 个（五绝、七绝）或 8 个（五律、七律）"):
         generate(rope_model, tok, "", acrostic="春夏秋")
 
 

@@ -13,14 +13,14 @@ import torch
 import torch.nn.functional as F
 
 from ..errors import UserError
-from ..verse import LINE_ENDS
+from ..verse import LINE_ENDS, line_spans
 
 PUNCT = frozenset(LINE_ENDS)             # 句末标点（与 verse 的断句相同）
 
 
 def line_tokens(poem: str) -> int:
     """一句的词元数（字 + 标点）：五言 6，七言 8。"""
-    return len(poem.split("，")[0]) + 1
+    return line_spans(poem)[0][1] + 1
 
 
 def _by_len(poems: Sequence[str]) -> dict[int, list[str]]:
