@@ -2,13 +2,17 @@
 
 ``choose`` 在一组种子（``TUNE_SEEDS``）上对每组候选设置采样、过一遍验收表
 （:mod:`gptcourse.acceptance`），从全部通过的设置里挑模型自己最“情愿”写的那组（诗的平均负对数
-似然最低，即最流畅的），再在另一组从没用过的种子（``GATE_SEEDS``）上确认一遍。
+似然最低，即最流畅的），再在一个谁都没看过的种子块上确认一遍（见下）。
 ``generate`` / ``serve`` / ``eval`` 的命令行默认用这组设置（:func:`settings`）。
 
 **样本外的验收**：挑选时看过的种子上的验收表是"样本内"的（设置就是照着它挑的），不能拿来证明
-放行。所以每一张打印出来的验收表——命令行 ``eval``、模型卡（``data/checkpoints/README.md``）、
-笔记本——都用 ``GATE_SEEDS``，并用 :func:`seed_note` 写明用的是哪些种子、与挑选的种子是否重叠。
-两组种子只定义在这里。
+放行。确认放行要用一个**谁都没看过**的种子块：种子分成块（``gate_block(k)``，每块 ``GATE_SIZE``
+首，从 ``GATE_START`` 起），每一次“看”——配方试验、挑选失败后的重试、确认、发布后打印的表——都记进
+``meta["release"]["looks"]``（种子、目的、结果）。:func:`fresh_gate` 给出第一个没被看过的块；
+:func:`require_unseen` 拒绝在看过的块上确认（同一个块不能确认两次，失败了也不能换个设置再试）。
+发布之后的验收表（命令行 ``eval``、模型卡、笔记本）用确认放行的那个块（:func:`gate_seeds`），
+并用 :func:`seed_note` 写明它是不是挑选用过的种子；笔记本用 :func:`looks_table` 打印整段历史。
+配方试验与研究脚本采样用 ``TRIAL_SEEDS``，从不碰验收块。种子的规则只定义在这里。
 """
 from __future__ import annotations
 
@@ -31,16 +35,75 @@ GRID = {"temperature": (0.8, 0.9, 1.0), "top_p": (None, 0.95), "rhyme": (False, 
 # (起始种子, 首数)。首数必须与门槛定下时一样（200 首）：distinct-n 随首数增多而变小，
 # 100 首上通过的设置到 200 首可能不通过（第一次挑选就这样失败过）。
 TUNE_SEEDS = (0, 200)            # choose 挑设置用（样本内）
-GATE_SEEDS = (50_000, 200)       # 确认与每一张打印的验收表用：与 TUNE_SEEDS 不重叠（样本外）
+TRIAL_SEEDS = (10_000, 200)      # 配方试验、研究脚本采样用：永远不是验收块
+STUDY_SEEDS = (70_000, 200)      # scripts/rhyme_study.py 一直用的这块：也不当验收块
+GATE_START, GATE_SIZE = 50_000, 200   # 验收块 k：种子 GATE_START + k·GATE_SIZE 起的 GATE_SIZE 首
+
+
+def gate_block(k: int) -> tuple[int, int]:
+    """第 k 个验收块的 (起始种子, 首数)。
+
+    >>> gate_block(0), gate_block(5)
+    ((50000, 200), (51000, 200))
+    """
+    return GATE_START + k * GATE_SIZE, GATE_SIZE
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[0] + b[1] and b[0] < a[0] + a[1]
+
+
+def looks(meta: dict | None) -> list[dict]:
+    """检查点记下的每一次“看”：[{"seeds": [起, 首数], "purpose": 目的, "outcome": 结果}]。"""
+    return list(((meta or {}).get("release") or {}).get("looks") or [])
+
+
+def require_unseen(history: list[dict], seeds) -> None:
+    """seeds 与看过的任何一块重叠 → UserError（说出上次是为什么看的）。"""
+    for look in history:
+        if _overlap(tuple(seeds), tuple(look["seeds"])):
+            raise UserError(f"种子 {seeds[0]}–{seeds[0] + seeds[1] - 1} 已经看过"
+                            f"（{look['purpose']}：{look['outcome']}），不能再用来确认放行；"
+                            f"换一个没看过的块（release.fresh_gate）")
+
+
+def fresh_gate(history: list[dict]) -> tuple[int, int]:
+    """第一个谁都没看过的验收块（与挑选、试验用的种子也不重叠）。"""
+    taken = [*history, *({"seeds": s} for s in (TUNE_SEEDS, TRIAL_SEEDS, STUDY_SEEDS))]
+    k = 0
+    while any(_overlap(gate_block(k), tuple(t["seeds"])) for t in taken):
+        k += 1
+    return gate_block(k)
+
+
+def record(history: list[dict], seeds, purpose: str, outcome: str) -> list[dict]:
+    """history 加上一次“看”（返回新列表，不改原来的）。"""
+    return [*history, {"seeds": [int(seeds[0]), int(seeds[1])], "purpose": purpose,
+                       "outcome": outcome}]
+
+
+def gate_seeds(meta: dict | None) -> tuple[int, int]:
+    """发布之后打印验收表用的种子：最后一次“确认放行”通过的那个块；没有记录时第 0 块。"""
+    passed = [look for look in looks(meta)
+              if look["purpose"].startswith(CONFIRM) and look["outcome"].startswith("通过")]
+    return tuple(passed[-1]["seeds"]) if passed else gate_block(0)
+
+
+def looks_table(meta: dict | None) -> str:
+    """看过的种子块，一行一次（笔记本 04、05 打印它，而不是断言“样本外”）。"""
+    rows = [f"{i + 1}. 种子 {a}–{a + n - 1}（{n} 首）：{look['purpose']} → {look['outcome']}"
+            for i, look in enumerate(looks(meta)) for a, n in [look["seeds"]]]
+    return "\n".join(rows) if rows else "（这个检查点没有记下看过哪些种子）"
 
 
 def seed_note(seeds: tuple[int, int]) -> str:
-    """一句话说明一组 (起始种子, 首数) 是不是样本外的，例如
-    "种子 50000–50199（200 首；挑选发布设置用的是 0–199，不重叠：样本外）"。"""
+    """一句话说明一组 (起始种子, 首数) 与挑选发布设置的种子重不重叠，例如
+    "种子 51000–51199（200 首；挑选发布设置用的是 0–199，不重叠）"。这块种子此前还被谁看过，
+    见 :func:`looks_table`。"""
     start, n = seeds
     t0, tn = TUNE_SEEDS
     overlap = start < t0 + tn and t0 < start + n
-    where = ("与挑选重叠：样本内，不能证明放行" if overlap else "不重叠：样本外")
+    where = ("与挑选重叠：样本内，不能证明放行" if overlap else "不重叠")
     return f"种子 {start}–{start + n - 1}（{n} 首；挑选发布设置用的是 {t0}–{t0 + tn - 1}，{where}）"
 
 
@@ -157,25 +220,45 @@ def evaluate_setting(model, tok, train_text: str, val_loss: float, setting: dict
             "examples": poems[:3]}
 
 
+CONFIRM = "确认放行"                    # looks 里确认那一次的目的（gate_seeds 按它找）
+
+
+def confirm(model, tok, train_text: str, val_loss: float, setting: dict, history: list[dict],
+            seeds=None) -> tuple[dict, list[dict]]:
+    """在一个没看过的块（默认 ``fresh_gate``）上确认一组设置 → (验收结果, 加上这一次的 history)。
+    块看过了 → UserError；确认一次，这个块就用掉了（不论通过与否）。"""
+    seeds = tuple(seeds) if seeds is not None else fresh_gate(history)
+    require_unseen(history, seeds)
+    result = evaluate_setting(model, tok, train_text, val_loss, setting, seeds)
+    what = f"{CONFIRM}（{_label(setting)}）"
+    return result, record(history, seeds, what, _verdict(result))
+
+
 def choose(model, tok, train_text: str, val_loss: float, grid: dict = GRID,
-           choose_seeds=TUNE_SEEDS, confirm_seeds=GATE_SEEDS, progress=print) -> dict:
-    """在 grid 的每组设置上跑验收，挑出发布设置并确认；返回要存进 meta["release"] 的字典。"""
+           choose_seeds=TUNE_SEEDS, confirm_seeds=None, progress=print,
+           history: list[dict] | None = None) -> dict:
+    """在 grid 的每组设置上跑验收，挑出发布设置，在没看过的块上确认；返回要存进
+    meta["release"] 的字典（``looks`` = history 加上这次的挑选与确认）。"""
+    history = list(history or [])
     rows = []
     for values in itertools.product(*grid.values()):
         setting = {**FALLBACK, **dict(zip(grid, values))}
         rows.append(evaluate_setting(model, tok, train_text, val_loss, setting, choose_seeds))
         progress(f"{_label(setting)}：{_verdict(rows[-1])}；NLL {rows[-1]['nll']}")
+    history = record(history, choose_seeds, f"挑选（{len(rows)} 组候选设置，样本内）",
+                     f"{sum(r['passed'] for r in rows)} 组通过")
     passing = [r for r in rows if r["passed"]]
     if not passing:
-        return {"settings": None, "candidates": rows, "confirmed": None,
+        return {"settings": None, "candidates": rows, "confirmed": None, "looks": history,
                 "reason": "没有一组候选设置通过全部验收项"}
     best = min(passing, key=lambda r: r["nll"])
-    confirm = evaluate_setting(model, tok, train_text, val_loss, best["setting"], confirm_seeds)
-    progress(f"选中 {_label(best['setting'])}；确认（另一组种子）：{_verdict(confirm)}")
-    return {"settings": best["setting"] if confirm["passed"] else None, "candidates": rows,
-            "chosen": best, "confirmed": confirm,
+    confirmed, history = confirm(model, tok, train_text, val_loss, best["setting"], history,
+                                 confirm_seeds)
+    progress(f"选中 {_label(best['setting'])}；确认（没看过的块）：{_verdict(confirmed)}")
+    return {"settings": best["setting"] if confirmed["passed"] else None, "candidates": rows,
+            "chosen": best, "confirmed": confirmed, "looks": history,
             "rule": "全部验收项通过的设置里，模型自己给诗的平均负对数似然最低者；"
-                    "再用另一组种子确认"}
+                    "再在一个谁都没看过的种子块上确认"}
 
 
 def _verdict(r: dict) -> str:

@@ -2,11 +2,13 @@
 
     python scripts/release_course.py                       # 整个发布（开发机空闲时 ≤ 12 分钟）
     python scripts/release_course.py --settings-only 检查点  # 只重挑发布设置并写回（权重不变）
+    python scripts/release_course.py --regate 检查点         # 只在一个没看过的种子块上重新确认
 
 训练就是课程的训练命令 ``python -m gptcourse train``（参数见 RECIPE，一处定义）：一半的诗带《题》、
 只在正文上算损失（``--titled``），外加押韵辅助目标（``--aux``，见 gptcourse/objectives.py）。
 挑设置的规则见 gptcourse/release.py：候选设置各在 TUNE_SEEDS 上采样 200 首过验收表，从全部通过的
-设置里挑模型自己最“情愿”写的一组，再在 GATE_SEEDS（样本外）上确认。另外记下模型卡要的三张表：
+设置里挑模型自己最“情愿”写的一组，再在一个谁都没看过的种子块上确认（``release.fresh_gate``；
+看过的每一块都记进 ``meta["release"]["looks"]``，同一块不会确认两次）。另外记下模型卡要的三张表：
 模型不加约束时自己写的诗（自由押韵率……）、没见过的题目下按发布设置写的诗（同一张验收表）、
 题目告诉了模型多少（``evaluate.title_information``）。全部存进 ``meta["release"]``；任何一项
 验收没有通过就不写出 ``--out``（退出码 1）。
@@ -39,20 +41,21 @@ RHYMING_GRID = {"temperature": (1.0,), "top_p": (None,), "rhyme": (True,)}
 TITLE_PAIRS = 150           # 量题目信息用的验证集诗（题目没见过）
 
 
-def free_poems(model, tok) -> dict:
-    """模型不加约束时自己写的诗（GATE_SEEDS，温度 0.9）：诗体、押韵、重韵、平仄，各带 95 % 区间。"""
-    start, n = release.GATE_SEEDS
+def free_poems(model, tok, seeds) -> dict:
+    """模型不加约束时自己写的诗（确认放行的那块种子，温度 0.9）：诗体、押韵、重韵、平仄，
+    各带 95 % 区间。"""
+    start, n = seeds
     poems = gc.generate.sample_poems(model, tok, n, seed=start, temperature=0.9)
     rates = {k: (round(v, 4) if isinstance(v, float) else [round(x, 4) for x in v])
              for k, v in gc.evaluate.verse_rates(poems).items() if k != "n"}
     return {"seeds": [start, n], "temperature": 0.9, **rates, "examples": poems[:3]}
 
 
-def titled_gate(model, tok, train_text: str, val_loss: float, setting: dict) -> dict:
+def titled_gate(model, tok, train_text: str, val_loss: float, setting: dict, seeds) -> dict:
     """没见过的题目（验证集，按出现顺序去重）下按发布设置写 200 首，过同一张验收表。"""
     held = [t for t in dict.fromkeys(t for t, _ in gc.titled.rows("val"))
             if not tok.unknown_chars(t)]
-    start, n = release.GATE_SEEDS
+    start, n = seeds
     titles = [held[i % len(held)] for i in range(n)]
     poems = [gc.generate.generate(model, tok, "", title=t, seed=start + i, **setting)
              for i, t in enumerate(titles)]
@@ -80,18 +83,26 @@ def settle(path: str, out: str, full_grid: bool, extra: dict) -> int:
     val_loss = gc.evaluate.split_loss(model, tok, corpus.val)
     print(f"验证集损失 {val_loss:.4f} nats/字（split_loss，整个 val）")
     result = release.choose(model, tok, corpus.train, val_loss,
-                            grid=release.GRID if full_grid else RHYMING_GRID)
+                            grid=release.GRID if full_grid else RHYMING_GRID,
+                            history=release.looks(meta))
     result["val_loss"] = round(val_loss, 4)
-    result["free"] = free_poems(model, tok)
-    print(f"不加约束：{ {k: v for k, v in result['free'].items() if k != 'examples'} }")
-    if result["settings"] is not None:
-        result["titled"] = titled_gate(model, tok, corpus.train, val_loss, result["settings"])
+    if result["settings"] is not None:                     # 放行之后才看的表：用确认的那块种子
+        seeds = tuple(result["confirmed"]["seeds"])
+        result["free"] = free_poems(model, tok, seeds)
+        print(f"不加约束：{ {k: v for k, v in result['free'].items() if k != 'examples'} }")
+        result["titled"] = titled_gate(model, tok, corpus.train, val_loss, result["settings"],
+                                       seeds)
+        result["looks"] = release.record(result["looks"], seeds,
+                                         "发布后：不加约束的诗、没见过的题目",
+                                         "通过" if result["titled"]["passed"] else "未通过")
         result["title_info"] = title_info(model, tok)
         print(f"题目信息：{result['title_info']}")
     result["eval_seconds"] = round(time.perf_counter() - t0, 1)
     passed = result["settings"] is not None and result["titled"]["passed"]
-    if not passed:
-        print(f"验收没有通过，不写出 {out}")
+    if not passed:                  # 看过的块记回输入的检查点：重试时不会在同一块上再确认
+        remember_looks(path, result["looks"])
+        print(f"验收没有通过，不写出 {out}；看过的种子块（已记进 {path}）：\n"
+              f"{release.looks_table({'release': result})}")
         return 1
     step = meta.pop("step", 0)
     meta.pop("config", None)                                   # load() 加进去的，不是存的
@@ -100,16 +111,74 @@ def settle(path: str, out: str, full_grid: bool, extra: dict) -> int:
     return 0
 
 
+def remember_looks(path: str, history: list[dict]) -> None:
+    """把看过的种子块写进 path 的 meta["release"]["looks"]（权重与其余 meta 不变，原子地写）。"""
+    model, tok, meta = gc.checkpoint.load(path)
+    step = meta.pop("step", 0)
+    meta.pop("config", None)
+    meta["release"] = {**(meta.get("release") or {}), "looks": history}
+    gc.checkpoint.save(path, model, tok, step=step, meta=meta)
+
+
+def past_looks(meta: dict) -> list[dict]:
+    """还没有 ``looks`` 的旧检查点（2026-12-03 的发布）：按它的模型卡与 meta 记下的事实补写历史。
+    那时每一次都用同一块 50000–50199：配方试验采样自由写诗、第一次发布确认温度 0.9（未通过）、
+    第二次确认温度 1.0（通过）、发布后的两张表。"""
+    rel, block = meta.get("release") or {}, release.gate_block(0)
+    history = release.record([], block, "配方试验：自由写诗的押韵率（docs/recipe_trials.json）",
+                             "用来挑配方")
+    if rel.get("first_attempt"):
+        history = release.record(history, block, "第一次发布的确认",
+                                 rel["first_attempt"]["refused"])
+    confirmed = rel.get("confirmed") or {}
+    if confirmed:
+        history = release.record(history, confirmed["seeds"], "第二次确认（温度 1.0，同一块）",
+                                 "通过" if confirmed.get("passed") else "未通过")
+    return release.record(history, block, "发布后：不加约束的诗、没见过的题目、笔记本的表",
+                          "只是报告")
+
+
+def regate(path: str) -> int:
+    """不改权重和设置：在一个谁都没看过的种子块上把发布设置重新确认一次，记进 looks 并写回。"""
+    model, tok, meta = gc.checkpoint.load(path)
+    rel = meta.get("release")
+    if not rel or not rel.get("settings"):
+        print(f"{path} 没有发布设置，无从确认；先完整发布一次")
+        return 1
+    corpus = gc.data.load_corpus(meta.get("corpus", "tang_jinti"))
+    val_loss = gc.evaluate.split_loss(model, tok, corpus.val)
+    history = release.looks(meta) or past_looks(meta)
+    seeds = release.fresh_gate(history)
+    print(f"看过的种子块：\n{release.looks_table({'release': {'looks': history}})}")
+    print(f"在没看过的 {release.seed_note(seeds)} 上确认 {rel['settings']}")
+    result, history = release.confirm(model, tok, corpus.train, val_loss, rel["settings"], history,
+                                      seeds)
+    print(f"确认：{'通过' if result['passed'] else '未通过 ' + '、'.join(result['failed'])}；"
+          f"{result['checks']}")
+    rel = {**rel, "looks": history, "regated": result}
+    if result["passed"]:
+        rel["confirmed"] = result
+    step = meta.pop("step", 0)
+    meta.pop("config", None)
+    gc.checkpoint.save(path, model, tok, step=step, meta={**meta, "release": rel})
+    print(f"已写回 {path}（看过的块与这次的结果都在 meta['release']['looks']）")
+    return 0 if result["passed"] else 1
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=str(gc.checkpoint.SHIPPED))
     p.add_argument("--settings-only", metavar="检查点",
                    help="不训练：只给这个检查点重挑发布设置并写回")
+    p.add_argument("--regate", metavar="检查点",
+                   help="不训练、不重挑：只在一个没看过的种子块上重新确认发布设置并写回")
     p.add_argument("--full-grid", action="store_true")
     p.add_argument("--snapshots", metavar="目录",
                    help="训练时每次评估另存一份权重到这个目录（量“多久训练到目标损失”用，见"
                         " gptcourse_kit/bench/target.py）")
     args = p.parse_args(argv)
+    if args.regate:
+        return regate(args.regate)
     if args.settings_only:
         return settle(args.settings_only, args.settings_only, args.full_grid, {})
     t0 = time.perf_counter()

@@ -32,7 +32,7 @@ import torch
 
 import gptcourse as gc
 
-SAMPLE_SEEDS = (70_000, 200)
+SAMPLE_SEEDS = gc.release.STUDY_SEEDS              # 从不当验收块（release.fresh_gate 跳过它）
 VARIANTS = {"多训练（只用语言模型损失）": [], "韵部辅助损失": ["rhyme"],
             "韵部 + 平仄辅助损失": ["rhyme", "tones"], "平仄辅助损失": ["tones"]}
 METRICS = ("free_rhyme", "repeated", "form", "tonal", "val_loss", "indicator_ratio")

@@ -24,7 +24,7 @@ def study(path: str, n: int) -> dict:
     corpus = gc.data.load_corpus("tang_jinti")
     free = gc.evaluate.split_loss(model, tok, corpus.val)
     titles = list(dict.fromkeys(t for t, _ in pairs))[:100]
-    reuse = gc.evaluate.title_reuse(model, tok, titles, seed=gc.release.GATE_SEEDS[0],
+    reuse = gc.evaluate.title_reuse(model, tok, titles, seed=gc.release.TRIAL_SEEDS[0],
                                     **gc.release.settings(meta))
     return {"checkpoint": path, "poems": len(pairs), **info, "free_val_loss": free,
             "reuse": reuse, "seconds": round(time.perf_counter() - t0, 1),

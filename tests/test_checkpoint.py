@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import shutil
 
 import pytest
 import torch
@@ -269,11 +270,15 @@ def test_a_tampered_v1_mask_is_never_used(tmp_path, tok, value):
         assert torch.equal(blk.attn.mask, torch.tril(torch.ones(16, 16, dtype=torch.bool)))
 
 
-def test_the_shipped_checkpoint_is_v1_and_upgrades_to_v2(tmp_path):
-    """随课程发布的 course.pt 是 v1 写的：它每次被读都走一遍迁移；upgrade 把它重存成 v2。"""
-    assert torch.load(checkpoint.SHIPPED, weights_only=True, mmap=True)["format"] == checkpoint.V1
-    model = checkpoint.load()[0]
-    new = checkpoint.upgrade(checkpoint.SHIPPED, tmp_path / "course_v2.pt")
-    raw = checkpoint.load_raw(new)
+def test_the_shipped_checkpoint_is_v2_and_a_v1_copy_upgrades_to_it(tmp_path):
+    """course.pt 由现在的 save 写出（v2：一种校验和、权重里没有掩码）；把它改写成 v1 的样子，
+    upgrade 重存成 v2，权重不变。"""
+    raw = checkpoint.load_raw(checkpoint.SHIPPED)
     assert raw["format"] == checkpoint.FORMAT and "blocks.0.attn.mask" not in raw["model"]
+    model = checkpoint.load()[0]
+    old = tmp_path / "course_v1.pt"
+    shutil.copyfile(checkpoint.SHIPPED, old)
+    _as_v1(old)
+    new = checkpoint.upgrade(old, tmp_path / "course_v2.pt")
+    assert checkpoint.load_raw(new)["format"] == checkpoint.FORMAT
     same_weights(model, checkpoint.load(new)[0])

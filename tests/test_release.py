@@ -6,6 +6,7 @@ import torch
 
 import gptcourse as gc
 from gptcourse import cli, release
+from gptcourse.errors import UserError
 
 
 def test_settings_fall_back_and_override():
@@ -51,17 +52,75 @@ def test_choose_picks_the_most_fluent_passing_setting_and_confirms_it(monkeypatc
     out = release.choose(None, None, "", 4.0, grid={"temperature": (0.8, 0.9, 1.0)},
                          progress=lambda s: None)
     assert out["settings"]["temperature"] == 0.9
-    assert calls[-1] == (0.9, release.GATE_SEEDS)                 # 换一组种子确认
+    assert calls[-1] == (0.9, release.gate_block(0))             # 没看过的第一块上确认
     assert all(seeds == release.TUNE_SEEDS for _, seeds in calls[:-1])
-    assert set(range(release.TUNE_SEEDS[0], sum(release.TUNE_SEEDS))).isdisjoint(
-        range(release.GATE_SEEDS[0], sum(release.GATE_SEEDS)))
+    assert [look["purpose"][:2] for look in out["looks"]] == ["挑选", "确认"]
+    assert release.gate_seeds({"release": out}) == release.gate_block(0)
 
 
-def test_seed_note_says_whether_a_gate_is_out_of_sample():
-    assert release.seed_note(release.GATE_SEEDS) == \
-        "种子 50000–50199（200 首；挑选发布设置用的是 0–199，不重叠：样本外）"
+def _fake_gate(monkeypatch, passed=True):
+    calls = []
+
+    def fake(model, tok, train_text, val_loss, setting, seeds):
+        calls.append(tuple(seeds))
+        return {"setting": dict(setting), "seeds": list(seeds), "passed": passed,
+                "failed": [] if passed else ["distinct-1"], "nll": 3.0}
+
+    monkeypatch.setattr(release, "evaluate_setting", fake)
+    return calls
+
+
+def test_a_gate_block_that_was_looked_at_is_never_used_to_confirm(monkeypatch):
+    """issue 48：配方试验与第一次确认都看过的块（50000–50199）不能再拿来确认放行。"""
+    calls = _fake_gate(monkeypatch)
+    seen = release.record([], release.gate_block(0), "配方试验", "用来挑配方")
+    out = release.choose(None, None, "", 4.0, grid={"temperature": (1.0,)},
+                         progress=lambda s: None, history=seen)
+    assert calls[-1] == release.gate_block(1)                    # 跳过看过的那块
+    assert out["looks"][0] == seen[0] and len(out["looks"]) == 3
+    with pytest.raises(UserError, match="已经看过（配方试验：用来挑配方）"):
+        release.choose(None, None, "", 4.0, grid={"temperature": (1.0,)},
+                       confirm_seeds=(50_100, 200), progress=lambda s: None, history=seen)
+
+
+def test_one_block_is_confirmed_once_even_after_a_failure(monkeypatch):
+    """确认没通过，这块也用掉了：换个设置再在同一块上确认 → UserError；下一次自动换下一块。"""
+    _fake_gate(monkeypatch, passed=False)
+    warm = {**release.FALLBACK, "temperature": 0.9}
+    result, history = release.confirm(None, None, "", 4.0, warm, [])
+    assert not result["passed"] and history[0]["outcome"].startswith("未通过")
+    with pytest.raises(UserError, match="不能再用来确认放行"):
+        release.confirm(None, None, "", 4.0, release.FALLBACK, history,
+                        seeds=release.gate_block(0))
+    assert release.fresh_gate(history) == release.gate_block(1)
+    # 没有一次通过的确认：gate_seeds 退回第 0 块
+    assert release.gate_seeds({"release": {"looks": history}}) == release.gate_block(0)
+
+
+def test_fresh_gate_avoids_tuning_and_trial_seeds(monkeypatch):
+    monkeypatch.setattr(release, "GATE_START", release.TRIAL_SEEDS[0] - 100)
+    block = release.fresh_gate([])
+    assert not release._overlap(block, release.TRIAL_SEEDS)
+    monkeypatch.setattr(release, "GATE_START", release.STUDY_SEEDS[0])
+    assert not release._overlap(release.fresh_gate([]), release.STUDY_SEEDS)
+    assert not release._overlap(block, release.TUNE_SEEDS)
+
+
+def test_looks_table_prints_every_look_in_order():
+    h = release.record([], (50_000, 200), "第一次确认", "未通过 distinct-1")
+    h = release.record(h, (50_200, 200), release.CONFIRM, "通过")
+    table = release.looks_table({"release": {"looks": h}})
+    assert table.splitlines() == ["1. 种子 50000–50199（200 首）：第一次确认 → 未通过 distinct-1",
+                                  "2. 种子 50200–50399（200 首）：确认放行 → 通过"]
+    assert release.gate_seeds({"release": {"looks": h}}) == (50_200, 200)
+    assert "没有记下" in release.looks_table({})
+
+
+def test_seed_note_says_whether_the_seeds_overlap_the_tuning_seeds():
+    assert release.seed_note(release.gate_block(0)) == \
+        "种子 50000–50199（200 首；挑选发布设置用的是 0–199，不重叠）"
     assert "样本内" in release.seed_note((0, 200)) and "样本内" in release.seed_note((199, 5))
-    assert "样本外" in release.seed_note((200, 10))
+    assert "样本外" not in release.seed_note((200, 10))
 
 
 # ---------------------------------------------------------------- F1：发布设置从不拒绝普通请求

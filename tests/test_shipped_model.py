@@ -33,3 +33,17 @@ def test_shipped_checkpoint_carries_its_release_settings_and_training_curve():
     probes = meta["probe"]                                   # 训练曲线：每次评估都采样量了一次
     assert len(probes) >= 4 and probes[-1]["tokens"] == meta["tokens"]
     assert all(0 <= p["rhyme_rate"] <= 1 and 0 <= p["form_rate"] <= 1 for p in probes)
+
+
+def test_the_shipped_release_was_confirmed_on_a_block_nobody_had_looked_at():
+    """issue 48：确认放行的那块种子，在确认之前没有被任何一次“看”（试验、挑选、失败的确认）碰过；
+    确认之后的看（报告）可以有，但这一块不会再被确认第二次。"""
+    _, _, meta = gc.checkpoint.load()
+    looks = gc.release.looks(meta)
+    block = gc.release.gate_seeds(meta)
+    confirms = [i for i, look in enumerate(looks) if look["purpose"].startswith(gc.release.CONFIRM)
+                and tuple(look["seeds"]) == block]
+    assert len(confirms) == 1, looks
+    earlier = looks[:confirms[0]]
+    gc.release.require_unseen(earlier, block)                  # 之前谁都没看过：不抛出
+    assert tuple(meta["release"]["confirmed"]["seeds"]) == block

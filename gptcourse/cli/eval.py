@@ -16,9 +16,9 @@ def cli_arguments(p) -> None:
     p.add_argument("--checkpoint", default=None, help="检查点路径（默认：随课程发布的模型）")
     p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
     p.add_argument("--samples", type=int, default=None,
-                   help="验收用的采样首数（默认 200，release.GATE_SEEDS）")
+                   help="验收用的采样首数（默认 200，release.GATE_SIZE）")
     p.add_argument("--seed", type=int, default=None,
-                   help="起始种子（默认 50000，release.GATE_SEEDS：与挑选发布设置的种子不重叠）")
+                   help="起始种子（默认：检查点确认放行用的种子块，release.gate_seeds）")
     p.add_argument("--temperature", type=float, default=None,
                    help="采样温度（默认：检查点的发布设置；设置其余各项也取发布设置）")
     p.add_argument("--batch-size", type=int, default=32)
@@ -29,15 +29,15 @@ LOGITS_BUDGET = 2**30                # 打分时一批 logits 的字节数上限
 
 
 def cli_main(args) -> int:
-    seeds = (release.GATE_SEEDS[0] if args.seed is None else args.seed,
-             release.GATE_SEEDS[1] if args.samples is None else args.samples)
-    if not 1 <= seeds[1] <= MAX_SAMPLES:
+    n = release.GATE_SIZE if args.samples is None else args.samples
+    if not 1 <= n <= MAX_SAMPLES:
         raise UserError(f"--samples 必须在 [1, {MAX_SAMPLES}] 之内，收到 {args.samples}")
     if args.batch_size < 1:
         raise UserError(f"--batch-size 必须 ≥ 1，收到 {args.batch_size}")
     if args.temperature is not None:                           # 先检查参数，再做耗时的打分
         check_sampling_args(temperature=args.temperature)
     model, tok, meta = checkpoint.load(args.checkpoint)
+    seeds = (release.gate_seeds(meta)[0] if args.seed is None else args.seed, n)
     per_row = model.config.block_size * model.config.vocab_size * 4
     if args.batch_size * per_row > LOGITS_BUDGET:              # 分配之前：一批的 logits 放得下吗
         raise UserError(f"--batch-size 最多 {LOGITS_BUDGET // per_row}（一批的 logits 不超过 "
