@@ -17,7 +17,7 @@
     L3 precision distributed objectives train checkpoint   训练与存储
     L4 sampling constraints fastdecode generate evaluate acceptance quantize rhyme_probe machine
                                                    推理、评估与本机
-    L5 release                                     发布设置
+    L5 release export                              发布设置、导出到 Hugging Face
     L6 serve/                                      网页演示
     L7 cli/ __main__                               命令行（argparse 只在这里）
     T  walkthrough viz/ mistakes/ check/           教学（可以导入 L0–L6）
@@ -48,7 +48,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "L3": ("precision", "distributed", "objectives", "train", "checkpoint"),
     "L4": ("sampling", "constraints", "fastdecode", "generate", "evaluate", "acceptance",
            "quantize", "rhyme_probe", "machine"),
-    "L5": ("release",),
+    "L5": ("release", "export"),
     "L6": ("serve",),
     "L7": ("cli", "__main__"),
     "T": ("walkthrough", "viz", "mistakes", "check"),
@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
         distributed,
         errors,
         evaluate,
+        export,
         fastdecode,
         generate,
         machine,

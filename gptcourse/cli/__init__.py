@@ -1,4 +1,4 @@
-"""命令行：``python -m gptcourse {train,generate,eval,serve} ...``。
+"""命令行：``python -m gptcourse {train,generate,eval,serve,export} ...``。
 
 入口层：每个子命令一个模块（``cli/train.py`` …，各有 ``cli_arguments(parser)`` 与
 ``cli_main(args)``），这里只负责分发。argparse 只出现在 ``cli/`` 里；库模块从不导入入口。
@@ -22,6 +22,7 @@ COMMANDS = {
     "generate": ("gptcourse.cli.generate", "用检查点写诗（默认使用随课程发布的模型）"),
     "eval": ("gptcourse.cli.eval", "评估检查点：损失、基线与验收表"),
     "serve": ("gptcourse.cli.serve", "启动本地网页演示"),
+    "export": ("gptcourse.cli.export", "导出成 Hugging Face 的文件夹（transformers 直接加载）"),
 }
 
 
