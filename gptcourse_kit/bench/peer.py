@@ -15,6 +15,7 @@ import time
 import torch
 
 from gptcourse.errors import UserError
+from gptcourse.export import architecture, llama_weights
 from gptcourse.generate import generate
 
 
@@ -23,33 +24,20 @@ def available() -> bool:
 
 
 def to_llama(model, tok, atol: float = 1e-4):
-    """课程的 GPT（RoPE + RMSNorm + SwiGLU + 融合 qkv）→ 权重相同的 ``LlamaForCausalLM``。"""
+    """课程的 GPT（RoPE + RMSNorm + SwiGLU）→ 权重相同的 ``LlamaForCausalLM``（权重的摆法与
+    ``python -m gptcourse export`` 是同一份：:func:`gptcourse.export.llama_weights`）。"""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     c = model.config
-    if (c.pos, c.norm, c.mlp, c.bias, c.qkv) != ("rope", "rmsnorm", "swiglu", False, "fused"):
-        raise UserError("只有 RoPE + RMSNorm + SwiGLU、无偏置、融合 qkv 的模型能搬进 LLaMA")
-    hc = LlamaConfig(vocab_size=c.vocab_size, hidden_size=c.n_embd,
-                     intermediate_size=c.mlp_hidden, num_hidden_layers=c.n_layer,
-                     num_attention_heads=c.n_head, num_key_value_heads=c.n_head,
-                     max_position_embeddings=c.block_size, rms_norm_eps=c.norm_eps,
-                     rope_theta=c.rope_base, tie_word_embeddings=c.tie_weights,
-                     attention_bias=False, mlp_bias=False, hidden_act="silu",
-                     bos_token_id=tok.eos_id, eos_token_id=tok.eos_id, pad_token_id=tok.eos_id)
-    hf = LlamaForCausalLM(hc).eval()
-    sd = {"model.embed_tokens.weight": model.tok_emb.weight,
-          "model.norm.weight": model.norm_f.weight, "lm_head.weight": model.lm_head.weight}
-    for i, b in enumerate(model.blocks):
-        q, k, v = b.attn.qkv.weight.split(c.n_embd, 0)               # 融合的 [3C, C] → 3 × [C, C]
-        p = f"model.layers.{i}."
-        sd |= {p + "self_attn.q_proj.weight": q, p + "self_attn.k_proj.weight": k,
-               p + "self_attn.v_proj.weight": v, p + "self_attn.o_proj.weight": b.attn.proj.weight,
-               p + "mlp.gate_proj.weight": b.mlp.gate.weight,
-               p + "mlp.up_proj.weight": b.mlp.up.weight,
-               p + "mlp.down_proj.weight": b.mlp.down.weight,
-               p + "input_layernorm.weight": b.norm1.weight,
-               p + "post_attention_layernorm.weight": b.norm2.weight}
-    hf.load_state_dict({k: v.detach().clone() for k, v in sd.items()}, strict=True)
+    if architecture(c) != "llama":
+        raise UserError("只有 RoPE + RMSNorm + SwiGLU 的模型能搬进 LLaMA")
+    config, sd = llama_weights(model)
+    ids_ = {"bos_token_id": tok.eos_id, "eos_token_id": tok.eos_id, "pad_token_id": tok.eos_id}
+    hf = LlamaForCausalLM(LlamaConfig(**config, **ids_)).eval()
+    missing, unexpected = hf.load_state_dict({k: v.detach().clone() for k, v in sd.items()},
+                                             strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:      # 共享时 lm_head 就是词嵌入
+        raise RuntimeError(f"搬进 LLaMA 的权重不对：缺 {missing}，多 {unexpected}")
     ids = torch.arange(min(c.vocab_size, c.block_size))[None] % c.vocab_size   # [1, T]
     with torch.inference_mode():
         gap = (hf(ids).logits - model(ids)[0]).abs().max().item()
