@@ -16,7 +16,7 @@ from torch.utils.data import Dataset
 from .errors import MissingFileError, UserError
 from .runtime import DATA_DIR
 from .titles import TITLE_MARKS
-from .verse import LINE_ENDS
+from .verse import LINE_ENDS, poem_form
 
 # 名字 → (说明, 是否已分好 train/val/test 三个文件)
 CORPORA: dict[str, tuple[str, bool]] = {
@@ -65,8 +65,12 @@ def normalize_variants(text: str) -> str:
     return text.translate(_NORMALIZE)
 
 
+MIN_NEAR_LINE = 4      # 比这短的句不用来认近似重复（一两个字的句“只差一个字”太容易；诗句都更长）
+
+
 def _lines(poem: str) -> list[str]:
-    return [line for line in _LINE_END.split(normalize_variants(poem)) if line]
+    parts = _LINE_END.split(normalize_variants(poem))
+    return [line for line in parts if len(line) >= MIN_NEAR_LINE]
 
 
 def _near_pairs(poems: list[str]) -> list[tuple[int, int]]:
@@ -89,7 +93,7 @@ def _near_pairs(poems: list[str]) -> list[tuple[int, int]]:
             for j in hits:
                 if j > i:
                     shared[j] = shared.get(j, 0) + 1
-        pairs += [(i, j) for j, n in shared.items() if 2 * n >= min(len(ls), len(lines[j]))]
+        pairs += [(i, j) for j, n in shared.items() if ls and 2 * n >= min(len(ls), len(lines[j]))]
     return sorted(pairs)
 
 
@@ -192,6 +196,109 @@ def load_corpus(name: str = "tang_jinti", data_dir: Path | str | None = None) ->
             buckets[split_of(line)].append(line + "\n")
         parts = {s: "".join(lines) for s, lines in buckets.items()}
     return Corpus(name=name, description=description, **parts)
+
+
+# ---------------------------------------------------------------- 你自己的文本
+DOCUMENTS = ("lines", "paragraphs")     # 一行一篇，或空行分开的一段一篇
+MAX_TEXT_BYTES = 512 * 2**20            # 自己的语料最多这么大（整个读进内存）
+VERSE_SHARE = 0.9                       # 训练集里至少这么多篇是近体诗，才算“诗的语料”
+PARAGRAPH_LINES = 20                    # 自动判断：平均一段不超过这么多行，才按段切
+_BLANK = re.compile(r"\n[ \t\u3000]*\n+")   # 一个或几个空行（可以含空格、全角空格）
+
+
+def read_text_file(path: Path | str) -> str:
+    """读一个 UTF-8 文本文件；空文件、二进制文件、解不开的字节 → UserError（说出字节的位置）。"""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(f"找不到语料文件 {path}（也不是内置语料的名字："
+                               f"{', '.join(available_corpora())}）")
+    size = path.stat().st_size
+    if size > MAX_TEXT_BYTES:
+        raise UserError(f"{path.name} 有 {size / 2**20:,.0f} MiB，"
+                        f"最多 {MAX_TEXT_BYTES // 2**20} MiB")
+    raw = path.read_bytes()
+    nul = raw.find(b"\0")
+    if nul >= 0:
+        raise UserError(f"{path.name} 看起来是二进制文件（第 {nul} 个字节是 NUL），"
+                        "请给一个 UTF-8 的文本文件")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path.name} 不是 UTF-8：第 {e.start} 个字节（0x{raw[e.start]:02x}）"
+                        "解不开（GBK 的文件请先转成 UTF-8，例如 iconv -f GBK -t UTF-8）") from None
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
+    if not text.strip():
+        raise UserError(f"{path.name} 是空的（没有一个非空白的字）")
+    return text
+
+
+def _join_lines(block: str) -> str:
+    """一段里被硬换行断开的几行接回一行：两边都是汉字等非 ASCII 字时直接接上，否则隔一个空格。"""
+    out = ""
+    for line in (ln.strip() for ln in block.split("\n")):
+        if line:
+            glue = "" if not out or (not out[-1].isascii() and not line[0].isascii()) else " "
+            out += glue + line
+    return out
+
+
+def split_documents(text: str, documents: str | None = None) -> tuple[list[str], str]:
+    """文本 → (篇的列表, 用的切法)。``"lines"``：一行一篇；``"paragraphs"``：空行分开的一段一篇，
+    段内的换行去掉（换行在课程里是“一篇结束”的记号）。``None``：有空行分段、段不止一行、平均
+    一段不超过 ``PARAGRAPH_LINES`` 行时按段（一首诗一段、分行写），否则按行（《呐喊》这样一行一段、
+    空行只隔开各篇小说的文本，按行才有足够多的篇）。
+
+    >>> split_documents("床前明月光，\\n疑是地上霜。\\n\\n举头望明月，\\n低头思故乡。\\n")
+    (['床前明月光，疑是地上霜。', '举头望明月，低头思故乡。'], 'paragraphs')
+    """
+    if documents is not None and documents not in DOCUMENTS:
+        raise UserError(f"documents 只能是 {' 或 '.join(DOCUMENTS)}，收到 {documents!r}")
+    blocks = [b for b in _BLANK.split(text.strip("\n")) if b.strip()]
+    if documents is None:                   # 空行常见、一段平均不超过 PARAGRAPH_LINES 行：按段
+        lines = sum(1 for ln in text.split("\n") if ln.strip())
+        short = len(blocks) * PARAGRAPH_LINES >= lines
+        documents = "paragraphs" if len(blocks) > 1 and lines > len(blocks) and short else "lines"
+    if documents == "lines":
+        return [ln.strip() for ln in text.split("\n") if ln.strip()], documents
+    return [_join_lines(b) for b in blocks], documents
+
+
+def text_corpus(path: Path | str, documents: str | None = None) -> Corpus:
+    """自己的 UTF-8 文本 → 语料：按篇切开（:func:`split_documents`），与内置语料同一条规则
+    划分（内容哈希，近似重复的整组去同一个划分，:func:`assign_splits`）。验证集一篇都没分到时
+    UserError。"""
+    path = Path(path)
+    docs, how = split_documents(read_text_file(path), documents)
+    where = assign_splits(docs)
+    parts = {s: "".join(d + "\n" for d, w in zip(docs, where) if w == s) for s in SPLITS}
+    counts = {s: len(poems(parts[s])) for s in SPLITS}
+    if not counts["train"] or not counts["val"]:
+        each = "一行一篇" if how == "lines" else "一段一篇"
+        hint = ("篇太少：至少要几十篇，验证集才分得到（也可以试试另一种 --documents）"
+                if len(docs) < 100 else "这些篇按内容哈希都落在了别的划分里（它本来就是某个语料的"
+                "验证集或测试集？）")
+        raise UserError(f"{path.name} 有 {len(docs)} 篇（{each}），划分后训练集 "
+                        f"{counts['train']} 篇、验证集 {counts['val']} 篇：{hint}")
+    what = "一行一篇" if how == "lines" else "空行分段，一段一篇"
+    return Corpus(name=path.name, description=f"你的文本 {path.name}（{len(docs):,} 篇，{what}）",
+                  **parts)
+
+
+def open_corpus(spec: str, documents: str | None = None) -> Corpus:
+    """命令行的 ``--corpus``：内置语料的名字按名字加载（:func:`load_corpus`），否则当作你自己的
+    文本文件（:func:`text_corpus`）。"""
+    if spec in CORPORA:
+        if documents is not None:
+            raise UserError("--documents 只用于你自己的文本文件，内置语料已经分好了篇")
+        return load_corpus(spec)
+    return text_corpus(spec, documents)
+
+
+def is_verse(corpus: Corpus) -> bool:
+    """训练集里至少 ``VERSE_SHARE`` 的篇是近体诗（五绝、五律、七绝、七律）：格律的探针与
+    验收才有意义。"""
+    docs = poems(corpus.train)
+    return bool(docs) and sum(poem_form(d) is not None for d in docs) >= VERSE_SHARE * len(docs)
 
 
 def load_meta(data_dir: Path | str | None = None) -> list[dict[str, str]]:

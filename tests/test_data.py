@@ -140,3 +140,47 @@ def test_window_dataset_counts_and_shift():
         ds10[10]
     with pytest.raises(ValueError, match="stride"):
         WindowDataset(data, 10, stride=0)
+
+
+# ---------------------------------------------------------------- 你自己的文本（issue 53）
+def test_documents_are_lines_or_blank_line_paragraphs():
+    split = gc.data.split_documents
+    assert split("白日依山尽，黄河入海流。\n床前明月光，疑是地上霜。\n") == \
+        (["白日依山尽，黄河入海流。", "床前明月光，疑是地上霜。"], "lines")
+    poems2 = "白日依山尽，\n黄河入海流。\n\n床前明月光，\n疑是地上霜。\n"
+    assert split(poems2) == (["白日依山尽，黄河入海流。", "床前明月光，疑是地上霜。"], "paragraphs")
+    assert split(poems2, "lines")[0] == ["白日依山尽，", "黄河入海流。",
+                                         "床前明月光，", "疑是地上霜。"]
+    assert split("Hello\nworld\n\n春\n风\n", "paragraphs")[0] == ["Hello world", "春风"]
+    assert split("\r\n".join(["一", "二"]) + "\r\n", None)[0] == ["一", "二"]   # Windows 的换行
+    with pytest.raises(ValueError, match="documents 只能是"):
+        split("一\n", "words")
+
+
+def test_long_stories_separated_by_blank_lines_are_split_by_line():
+    """《呐喊》：一行一段，空行只隔开各篇小说——按段只有 23 篇，按行才够划分。"""
+    text = gc.data.read_text_file(DATA_DIR / "luxun_nahan.txt")
+    docs, how = gc.data.split_documents(text)
+    assert how == "lines" and len(docs) > 900
+
+
+def test_your_own_text_is_split_like_the_bundled_corpora(tmp_path):
+    """同一条规则：按内容哈希（split_of），近似重复的整组去同一个划分（assign_splits）。"""
+    val = gc.data.poems(load_corpus("tang_5jue").val)[:40]
+    train = gc.data.poems(load_corpus("tang_5jue").train)[:200]
+    chars = "流留楼头秋声明清深生心林云门人春"
+    twin = next(t for t in (train[0][:-2] + c + "。" for c in chars)        # 一字之差的异文，
+                if gc.data.split_of(t) != gc.data.split_of(train[0]))        # 自己的哈希去别处
+    path = tmp_path / "mine.txt"
+    docs = [*train, *val, twin]
+    path.write_text("\n".join(docs) + "\n", encoding="utf-8")
+    own = gc.data.text_corpus(path)
+    for name in gc.data.SPLITS:                                # 与内置语料同一个函数
+        assert gc.data.poems(own.split(name)) == [
+            d for d, w in zip(docs, gc.data.assign_splits(docs)) if w == name]
+    where = dict(zip(docs, gc.data.assign_splits(docs)))
+    assert where[twin] == where[train[0]]                      # 异文跟着它的原作走
+    assert gc.data.is_verse(own) and own.name == "mine.txt" and "一行一篇" in own.description
+    nahan = tmp_path / "nahan.txt"
+    nahan.write_bytes((DATA_DIR / "luxun_nahan.txt").read_bytes())
+    assert not gc.data.is_verse(gc.data.text_corpus(nahan))

@@ -5,7 +5,7 @@ import math
 
 from .. import checkpoint, release
 from ..acceptance import acceptance_checks, acceptance_table
-from ..data import available_corpora, load_corpus
+from ..data import DOCUMENTS, available_corpora, is_verse, open_corpus
 from ..errors import UserError
 from ..evaluate import LN2, baselines, split_metrics
 from ..generate import sample_poems
@@ -14,7 +14,10 @@ from ..sampling import check_sampling_args
 
 def cli_arguments(p) -> None:
     p.add_argument("--checkpoint", default=None, help="检查点路径（默认：随课程发布的模型）")
-    p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
+    p.add_argument("--corpus", default="tang_jinti", metavar="名字或文件",
+                   help=f"内置语料（{'、'.join(available_corpora())}），或你自己的 UTF-8 文本文件")
+    p.add_argument("--documents", choices=DOCUMENTS, default=None,
+                   help="自己的文本怎样分篇（同 train 的 --documents）")
     p.add_argument("--samples", type=int, default=None,
                    help="验收用的采样首数（默认 200，release.GATE_SIZE）")
     p.add_argument("--seed", type=int, default=None,
@@ -42,7 +45,7 @@ def cli_main(args) -> int:
     if args.batch_size * per_row > LOGITS_BUDGET:              # 分配之前：一批的 logits 放得下吗
         raise UserError(f"--batch-size 最多 {LOGITS_BUDGET // per_row}（一批的 logits 不超过 "
                         f"{LOGITS_BUDGET // 2**20} MiB），收到 {args.batch_size}")
-    corpus = load_corpus(args.corpus)
+    corpus = open_corpus(args.corpus, args.documents)
     name = args.checkpoint or "随课程发布的模型"
     print(f"检查点：{name}（第 {meta['step']} 步）；语料 {args.corpus}")
     val = split_metrics(model, tok, corpus.val, batch_size=args.batch_size)
@@ -54,6 +57,9 @@ def cli_main(args) -> int:
         for name, b in base.items()]
     for name, v, t in rows:
         print(f"{name:<16}{v:>10.4f}{t:>11.4f}{math.exp(v):>13,.1f}{v / LN2:>12.3f}")
+    if not is_verse(corpus):                      # 格律的验收表只对诗有意义
+        print(f"\n{corpus.description} 不是近体诗：不做格律的验收（只报告上面的损失与基线）")
+        return 0
     decoding = release.for_request(meta, {"temperature": args.temperature})
     samples = sample_poems(model, tok, seeds[1], seed=seeds[0], **decoding)
     which = "检查点的发布设置" if (meta or {}).get("release") else "默认设置"

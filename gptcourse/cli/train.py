@@ -21,7 +21,7 @@ import torch
 from .. import checkpoint, objectives, verse
 from .. import distributed as dist_utils
 from ..config import MAX_BLOCK_SIZE, preset, preset_names
-from ..data import available_corpora, load_corpus, vocabulary_text
+from ..data import DOCUMENTS, available_corpora, is_verse, open_corpus, vocabulary_text
 from ..errors import UserError
 from ..generate import sample_poems
 from ..model import GPT
@@ -79,7 +79,11 @@ CHOICES = {"bf16_mode": BF16_MODES, "optimizer": OPTIMIZERS}
 
 
 def cli_arguments(p) -> None:
-    p.add_argument("--corpus", default="tang_jinti", choices=available_corpora())
+    p.add_argument("--corpus", default="tang_jinti", metavar="名字或文件",
+                   help=f"内置语料（{'、'.join(available_corpora())}），或你自己的 UTF-8 文本文件")
+    p.add_argument("--documents", choices=DOCUMENTS, default=None,
+                   help="自己的文本怎样分篇：lines = 一行一篇；paragraphs = 空行分开的一段一篇"
+                        "（默认自动判断）")
     p.add_argument("--preset", default="course", choices=preset_names())
     p.add_argument("--out", required=True, help="检查点路径（另存 <名>.best.pt 与 <名>.last.pt）")
     p.add_argument("--minutes", type=float, default=None, help="墙钟预算（分钟）")
@@ -97,9 +101,9 @@ def cli_arguments(p) -> None:
                         f"默认：步数 ≥ {COMPILE_MIN_STEPS} 时编译"
                         "（实测的门槛，见 docs/benchmarks.md）")
     p.add_argument("--half", action="store_true", help="以 bf16 存储权重（文件减半）")
-    p.add_argument("--windows", choices=WINDOWS, default=WINDOWS[0],
-                   help="训练窗口的起点：poem = 每首诗前的换行符（默认，与生成时一致）；"
-                        "random = 任意位置")
+    p.add_argument("--windows", choices=WINDOWS, default=None,
+                   help="训练窗口的起点：poem = 每首诗前的换行符（诗的语料的默认，与生成时一致）；"
+                        "random = 任意位置（别的文本的默认：一篇可能比窗口长）")
     p.add_argument("--probe-poems", type=int, default=0,
                    help="每次评估时采样这么多首诗，记下诗体合格率、押韵率与平仄"
                         "（训练曲线，存进 meta）")
@@ -132,7 +136,13 @@ def cli_main(args) -> int:
     out, snapshots = _outputs(args)                      # 训练之前就确认能写，而不是训练之后
     dist_utils.init()
     set_seed(tcfg.seed)
-    corpus, device = load_corpus(args.corpus), get_device()
+    corpus, device = open_corpus(args.corpus, args.documents), get_device()
+    verse_corpus = is_verse(corpus)
+    if args.windows is None:
+        args.windows = WINDOWS[0] if verse_corpus else "random"
+    if args.probe_poems and not verse_corpus:
+        print(f"{corpus.description} 不是近体诗：不做格律的探针（--probe-poems 不起作用）")
+        args.probe_poems = 0
     model, tok, init_meta = _model(args, corpus, device)
     block_size = model.config.block_size
     data = training_splits(corpus, tok, block_size, args.windows, args.titled,
@@ -141,6 +151,7 @@ def cli_main(args) -> int:
                            args.aux_weight)              # 只在训练时用的头，不进检查点
     optimizer = make_optimizer(model, tcfg.lr, tcfg.weight_decay, tcfg.betas, tcfg.optimizer)
     meta = _meta(args, tcfg, device, aux, init_meta)
+    meta["corpus"], meta["verse"] = corpus.name, verse_corpus
     _banner(args.preset, model, tok, device, tcfg.bf16)
     ckpts = Checkpoints(out, model, tok, optimizer, meta=meta, half=args.half,
                         snapshots=snapshots)
