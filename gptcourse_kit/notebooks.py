@@ -36,7 +36,7 @@ def notebook_paths(names: list[str] | None = None) -> list[Path]:
         path = NOTEBOOK_DIR / f"{stem}.ipynb"
         if not path.is_file():
             known = ", ".join(p.stem for p in every) or "（无）"
-            raise SystemExit(f"找不到笔记本 {stem!r}；现有：{known}")
+            raise FileNotFoundError(f"找不到笔记本 {stem!r}；现有：{known}")
         out.append(path)
     return out
 
@@ -151,7 +151,11 @@ def main(argv: list[str] | None = None) -> int:
     p_check.add_argument("names", nargs="*")
     args = parser.parse_args(argv)
 
-    paths = notebook_paths(args.names)
+    try:
+        paths = notebook_paths(args.names)
+    except FileNotFoundError as e:                      # 名字打错：一行，退出码 2
+        print(f"错误：{e}", file=sys.stderr)
+        return 2
     if not paths:
         print("notebooks/ 下没有笔记本")
         return 1

@@ -226,7 +226,7 @@ def test_weights_file_overrides_kinds_and_exercises(tmp_path):
     (tmp_path / "w.json").write_text('{"nb01": {"merge_pair": 3}}', encoding="utf-8")
     assert weight("nb01", "merge_pair", load_weights(tmp_path / "w.json")) == 3
     for text, match in [('{"nb09": {}}', "不认识"), ('{"nb01": {"nope": 1}}', "没有 'nope'"),
-                        ('{"nb01": {"merge_pair": -1}}', "≥ 0"), ("{", "格式不对")]:
+                        ('{"nb01": {"merge_pair": -1}}', "0 到 1000 之间的数"), ("{", "格式不对")]:
         (tmp_path / "bad.json").write_text(text, encoding="utf-8")
         with pytest.raises(ValueError, match=match):
             load_weights(tmp_path / "bad.json")
@@ -323,3 +323,107 @@ def test_checks_in_a_different_order_than_exercises(tmp_path):
     r = json.loads((tmp_path / "g.json").read_text(encoding="utf-8"))[0]
     assert [(e["exercise"], e["status"]) for e in r["exercises"]] == [
         ("count_pairs", "正确"), ("merge_pair", "正确")]
+
+
+# ------------------------------------------------------------- 可靠性（issue 51：R2、R4、R9、R10）
+def test_a_gbk_named_submission_is_graded_and_every_output_is_written(tmp_path, capsys):
+    """R2（C22）：中文 Windows 的压缩包解到 Linux 上，文件名是 GBK 的字节；学号、姓名照样认出来，
+    成绩册、JSON、反馈页都写出来，不留临时文件。"""
+    import os
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    nbformat.write(reference_nb(), ref / "01_tiny.ipynb")
+    d = tmp_path / "class"
+    d.mkdir()
+    nbformat.write(teacher_nb(), d / "2024001_ok.ipynb")
+    gbk = os.fsdecode(d.as_posix().encode() + b"/2024002_" + "张三".encode("gbk") + b".ipynb")
+    nbformat.write(student_notebook(teacher_nb()), gbk)
+    out = tmp_path / "out"
+    out.mkdir()
+    rc = main(["grade", str(d / "2024001_ok.ipynb"), gbk, "--reference", str(ref),
+               "--json", str(out / "g.json"), "--csv", str(out / "g.csv"),
+               "--feedback", str(out / "fb"), "--timeout", "120", "--jobs", "1"])
+    assert rc == 0, capsys.readouterr().err
+    rows = {r["student"]: r for r in json.loads((out / "g.json").read_text(encoding="utf-8"))}
+    assert rows["2024002"]["name"] == "张三" and rows["2024002"]["notebook"].endswith("张三.ipynb")
+    assert "张三" in (out / "g.csv").read_text(encoding="utf-8-sig")
+    assert len(list((out / "fb").glob("*.html"))) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["fb", "g.csv", "g.json"]     # 没有 .tmp
+
+
+def test_feedback_names_that_collide_after_cleaning_get_a_suffix():
+    """R4（C32）：学号 1@ 与 1# 清洗后都是 1_：第二页加 -2，谁的反馈页都不丢。"""
+    from gptcourse_kit.classroom.grade import Submission
+    from gptcourse_kit.classroom.gradebook import feedback_names
+    subs = [Submission(Path("1@_x_01.ipynb"), chapter="nb01"),
+            Submission(Path("1#_x_01.ipynb"), chapter="nb01"),
+            Submission(Path("2_y_01.ipynb"), chapter="nb01")]
+    names = feedback_names(subs)
+    assert len(set(names.values())) == 3
+    assert names[subs[1].path] == names[subs[0].path].replace(".html", "-2.html")
+
+
+def test_a_failed_write_leaves_no_temporary_file(tmp_path):
+    """R2：写到一半出错，临时文件也删掉。"""
+    from gptcourse_kit.classroom.gradebook import _atomic_write
+
+    def boom(f):
+        f.write("一半")
+        raise OSError(28, "No space left on device")
+    with pytest.raises(OSError):
+        _atomic_write(tmp_path / "g.csv", boom)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_outputs_are_checked_before_grading_starts(tmp_path, capsys):
+    """R9（C12、C16、C39）：--csv / --json 是目录、所在目录不存在、--feedback 是文件：评分之前
+    一行错误，退出码 2，什么都没写。"""
+    sub = tmp_path / "2024001_张三.ipynb"
+    nbformat.write(teacher_nb(), sub)
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "file").write_text("x", encoding="utf-8")
+    for flag, value, message in (("--csv", "dir", "是目录"), ("--json", "dir", "是目录"),
+                                 ("--long-csv", "nope/g.csv", "所在的目录不存在"),
+                                 ("--feedback", "file", "应是目录")):
+        assert main(["grade", str(sub), flag, str(tmp_path / value)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and message in err and "评完" not in err, err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["2024001_张三.ipynb", "dir", "file"]
+
+
+@pytest.mark.parametrize("flag", ["--timeout", "--memory", "--cell-timeout"])
+def test_infinite_limits_are_refused(flag):
+    """R9（C17、C18）：inf 之后要换成整数秒或字节，argparse 就拒绝它。"""
+    with pytest.raises(SystemExit) as e:
+        main(["grade", "x.ipynb", flag, "inf"])
+    assert e.value.code == 2
+
+
+def test_weights_must_be_a_regular_file_and_points_bounded(tmp_path, capsys):
+    """R9（C19）：FIFO 当分值文件会卡住——先拒绝；R10（C21）：每个都有限、加起来是 inf 的分值。"""
+    import os
+    sub = tmp_path / "2024001_张三.ipynb"
+    nbformat.write(teacher_nb(), sub)
+    os.mkfifo(tmp_path / "w.fifo")
+    assert main(["grade", str(sub), "--weights", str(tmp_path / "w.fifo")]) == 2
+    assert "不是一个普通文件" in capsys.readouterr().err
+    (tmp_path / "w.json").write_text('{"kinds": {"build": 1e308, "predict": 1e308}}',
+                                     encoding="utf-8")
+    assert main(["grade", str(sub), "--weights", str(tmp_path / "w.json")]) == 2
+    assert "0 到 1000 之间的数" in capsys.readouterr().err
+
+
+def test_os_errors_are_one_line_with_the_reason(tmp_path, capsys):
+    """R9（C03、C10）：只读目录、名字太长——一行说出原因与文件名，退出码 2，不是堆栈。"""
+    long = tmp_path / ("长" * 100)
+    assert main(["student", "--out", str(long)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "File name too long" in err
+
+
+def test_times_with_an_unknown_notebook_exits_2(capsys):
+    """R9（C36）：名字打错是用户的错：一行，退出码 2（原来是 1）。"""
+    from gptcourse_kit.notebooks import main as nb_main
+    assert nb_main(["check", "99_nope"]) == 2
+    assert "找不到笔记本 '99_nope'" in capsys.readouterr().err
+    assert main(["times", "99_nope"]) == 2

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from gptcourse import checkpoint, cli
-from gptcourse import notebooks as nbtool
+from gptcourse_kit import notebooks as nbtool
 from gptcourse.config import preset
 from gptcourse.model import GPT
 from gptcourse.tokenizer import CharTokenizer
@@ -86,7 +86,7 @@ def test_train_rejects_bad_sizes_and_rates(capsys, tmp_path, flags, message):
 def test_train_checks_out_before_training(capsys, tmp_path, monkeypatch):
     import gptcourse.cli.train as tc
 
-    monkeypatch.setattr(tc, "load_corpus", lambda *a: pytest.fail("不该开始训练"))
+    monkeypatch.setattr(tc, "open_corpus", lambda *a: pytest.fail("不该开始训练"))
     one_line_error(capsys, [*TRAIN, "--out", str(tmp_path)], "是一个目录")
     (tmp_path / "file").write_text("x")
     one_line_error(capsys, [*TRAIN, "--out", str(tmp_path / "file" / "x.pt")], "它是一个文件")

@@ -127,7 +127,7 @@ def test_F3_I14_ctrl_c_before_the_first_evaluation_never_ships_a_stale_best(
         raise KeyboardInterrupt
     monkeypatch.setattr(cli_train, "train", ctrl_c)
     small = Corpus("tang_5jue", "三首", tiny_corpus_text, tiny_corpus_text, tiny_corpus_text)
-    monkeypatch.setattr(cli_train, "load_corpus", lambda name: small)   # 不读整份语料
+    monkeypatch.setattr(cli_train, "open_corpus", lambda *a: small)   # 不读整份语料
     assert cli.main([*TRAIN, "--steps", "4", "--out", str(out)]) == 130
     assert capsys.readouterr().err == (f"已中断（Ctrl+C）。还没有评估过一次，所以没有写出检查点 "
                                        f"{out}（m.best.pt 是以前的训练留下的，没有动它）\n")

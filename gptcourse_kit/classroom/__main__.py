@@ -2,11 +2,14 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
 
 from gptcourse.runtime import ROOT
+
+from .grade import readable
 
 NOTEBOOKS = ROOT / "notebooks"
 
@@ -16,8 +19,8 @@ def _positive(text: str) -> float:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"需要一个正数，收到 {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"需要一个正数，收到 {text!r}")
+    if not 0 < value < math.inf:                         # inf 也不行：之后要换成整数秒、字节
+        raise argparse.ArgumentTypeError(f"需要一个有限的正数，收到 {text!r}")
     return value
 
 
@@ -43,6 +46,14 @@ def grade_command(args) -> None:
     if args.reference is not None and not args.reference.is_dir():
         raise NotADirectoryError(f"--reference 不是目录：{args.reference}")
     check_names(args.notebooks)
+    outputs = [p for p in (args.json, args.csv, args.long_csv) if p]
+    for out in outputs:                                  # 评分之前就确认写得了，不是评完才发现
+        if out.is_dir():
+            raise IsADirectoryError(f"{out} 是目录：请给一个文件名")
+        if not out.parent.is_dir():
+            raise NotADirectoryError(f"{out} 所在的目录不存在")
+    if args.feedback is not None and args.feedback.exists() and not args.feedback.is_dir():
+        raise NotADirectoryError(f"--feedback 应是目录，{args.feedback} 是文件")
     if args.no_sandbox:
         print(sandbox.UNSEALED.format(why="用了 --no-sandbox"), file=sys.stderr)
     limits = sandbox.Limits(memory=int(args.memory * (1 << 30)),
@@ -50,24 +61,41 @@ def grade_command(args) -> None:
     opts = Options(timeout=args.timeout, cell_timeout=args.cell_timeout,
                    reference=args.reference, limits=limits, sealed=not args.no_sandbox)
     done: list[Submission] = []
+    failed: dict[str, str] = {}                          # 写不出去的输出 → 原因（别的照写）
+    writers = ((args.json, gradebook.write_json), (args.csv, gradebook.write_csv),
+               (args.long_csv, gradebook.write_long_csv))
+
+    def write_all(subs: list[Submission]) -> None:
+        for path, write in writers:
+            if path:
+                _attempt(failed, str(path), write, subs, path, weights)
 
     def save(sub: Submission) -> None:
         done.append(sub)
         print(f"评完 {len(done)}/{len(args.notebooks)}：{sub.student} {sub.name} "
               f"{sub.chapter or '?'}（{sub.seconds:.0f} 秒）", file=sys.stderr, flush=True)
-        for path, write in ((args.json, gradebook.write_json), (args.csv, gradebook.write_csv),
-                            (args.long_csv, gradebook.write_long_csv)):
-            if path:
-                write(done, path, weights)
-        if args.feedback:
-            gradebook.write_feedback(sub, args.feedback, weights)
+        write_all(done)
 
     subs = grade(args.notebooks, opts, jobs=args.jobs, on_result=save)
     print(gradebook.table(subs, weights))
-    for path, write in ((args.json, gradebook.write_json), (args.csv, gradebook.write_csv),
-                        (args.long_csv, gradebook.write_long_csv)):
-        if path:
-            write(subs, path, weights)                   # 最后按输入顺序再写一遍
+    write_all(subs)                                      # 最后按输入顺序再写一遍
+    if args.feedback:                                    # 名字撞车的加后缀，谁的反馈页都不丢
+        names = gradebook.feedback_names(subs)
+        for sub in subs:
+            _attempt(failed, f"{args.feedback}/{names[sub.path]}", gradebook.write_feedback,
+                     sub, args.feedback, weights, names[sub.path])
+    if failed:
+        raise OSError("有的输出没写成（其余都写好了）：" +
+                      "；".join(f"{p}：{why}" for p, why in failed.items()))
+
+
+def _attempt(failed: dict[str, str], what: str, write, *args) -> None:
+    """``write(*args)`` 写一个输出；失败时记下原因而不是中断（一份写不出去，别的照写）。"""
+    try:
+        write(*args)
+        failed.pop(what, None)
+    except (OSError, UnicodeError) as e:
+        failed[what] = getattr(e, "strerror", None) or str(e)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -158,11 +186,17 @@ def main(argv: list[str] | None = None) -> int:
             from .site import build_site
             index = build_site(args.out, edition=args.edition, force=args.force)
             print(f"网站：{index}（用浏览器直接打开，或 python -m http.server -d {args.out}）")
-    except (FileNotFoundError, FileExistsError, NotADirectoryError, PermissionError,
-            ValueError) as e:
-        print(f"错误：{e}", file=sys.stderr)
+    except (OSError, ValueError) as e:                   # 含只读目录、名字太长、磁盘已满……
+        print(f"错误：{_one_line(e)}", file=sys.stderr)
         return 2
     return 0
+
+
+def _one_line(e: BaseException) -> str:
+    """系统错误说出原因与文件名（``[Errno 30] Read-only file system: 'x'`` → 一句话）。"""
+    if isinstance(e, OSError) and e.strerror and e.filename:
+        return f"{e.strerror}：{readable(e.filename)}"
+    return " ".join(str(e).split())
 
 
 if __name__ == "__main__":

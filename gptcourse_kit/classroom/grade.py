@@ -73,9 +73,21 @@ class GradingError(UserError):
     """评分做不下去（教师版找不到、检查单元格的格式不对、学号重复……）。"""
 
 
+def readable(path: Path | str) -> str:
+    """路径的文字：文件名的字节按 UTF-8 解，不行再按 GB18030（中文 Windows 的压缩包解到 Linux 上
+    常是 GBK 的名字），都不行才用 \\x.. 转义——成绩册、JSON 与反馈页里从不出现写不出去的字符。"""
+    raw = os.fsencode(path)
+    for codec in ("utf-8", "gb18030"):
+        try:
+            return raw.decode(codec)
+        except UnicodeDecodeError:
+            continue
+    return raw.decode("utf-8", "backslashreplace")
+
+
 def student_of(path: Path) -> tuple[str, str]:
     """文件名 ``<学号>_<姓名>[_其他].ipynb`` → (学号, 姓名)；没有下划线时整个文件名当学号。"""
-    sid, _, rest = Path(path).stem.partition("_")
+    sid, _, rest = Path(readable(Path(path).name)).stem.partition("_")
     return sid.strip(), rest.split("_")[0].strip()
 
 
@@ -102,7 +114,7 @@ class Submission:
         return sum(e["passed"] for e in self.exercises)
 
     def to_dict(self) -> dict:
-        return {"notebook": str(self.path), "student": self.student, "name": self.name,
+        return {"notebook": readable(self.path), "student": self.student, "name": self.name,
                 "chapter": self.chapter, "score": self.score, "total": len(self.exercises),
                 "error": self.error, "notes": self.notes, "seconds": round(self.seconds, 1),
                 "exercises": self.exercises, **({"judge_log": self.log} if self.log else {})}

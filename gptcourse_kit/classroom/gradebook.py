@@ -26,7 +26,7 @@ import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
 
-from .grade import Submission
+from .grade import Submission, readable
 
 KIND_WEIGHTS = {"predict": 1.0, "build": 2.0}
 KIND_NAMES = {"predict": "预测题", "build": "编程题"}
@@ -52,9 +52,14 @@ def exercise_kind(chapter: str, name: str) -> str:
     return "predict" if short.startswith(("guess_", "predict_")) else "build"
 
 
+MAX_POINTS = 1000            # 一道题最多这么多分（每个都有限、加起来却是 inf 的分值也就不可能了）
+
+
 def load_weights(path: Path) -> Weights:
     """读老师的分值文件（.toml 或 .json）；写错的地方给出一句说明（ValueError）。"""
     path = Path(path)
+    if not path.is_file():                                      # FIFO、目录：读了会卡住或报错
+        raise ValueError(f"分值文件 {path} 不是一个普通文件")
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -91,9 +96,9 @@ def load_weights(path: Path) -> Weights:
                 raise ValueError(f"分值文件 {path}：[{section}] 里没有 {key!r}；"
                                  f"可选：{', '.join(known)}")
             if isinstance(value, bool) or not isinstance(value, int | float) \
-                    or not math.isfinite(value) or value < 0:
-                raise ValueError(f"分值文件 {path}：[{section}] {key} 的分值应当是 ≥ 0 的数，"
-                                 f"收到 {value!r}")
+                    or not math.isfinite(value) or not 0 <= value <= MAX_POINTS:
+                raise ValueError(f"分值文件 {path}：[{section}] {key} 的分值应当是 0 到 "
+                                 f"{MAX_POINTS:g} 之间的数，收到 {value!r}")
         out[section] = {k: float(v) for k, v in fixed.items()}
     return out
 
@@ -182,12 +187,17 @@ def table(subs: list[Submission], weights: Weights | None = None) -> str:
 
 
 # ---------------------------------------------------------------- 文件
-def _atomic_write(path: Path, write) -> None:
+def _atomic_write(path: Path, write, encoding: str = "utf-8-sig", newline: str | None = "") -> None:
+    """先写 path 旁边的临时文件，再 ``os.replace``（换掉的是目录项：path 是链接时不会顺着链接
+    写到别处）；失败时删掉临时文件。"""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8-sig") as f:
-        write(f)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", newline=newline, encoding=encoding) as f:
+            write(f)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _columns(subs: list[Submission]) -> list[tuple[str, str]]:
@@ -234,11 +244,12 @@ def write_long_csv(subs: list[Submission], path: Path, weights: Weights | None =
                     "判决"])
         for s in subs:
             for r in (scored(s, weights) if s.chapter else []):
-                w.writerow([s.student, s.name, str(s.path), s.chapter, r["exercise"], r["status"],
-                            _fmt(r["points"]), _fmt(r["weight"]), " ".join(r["message"].split()),
+                w.writerow([s.student, s.name, readable(s.path), s.chapter, r["exercise"],
+                            r["status"], _fmt(r["points"]), _fmt(r["weight"]),
+                            " ".join(r["message"].split()),
                             JUDGED.get(r.get("judged", ""), "")])
             if not s.exercises:
-                w.writerow([s.student, s.name, str(s.path), s.chapter or "", "", "出错", 0, 0,
+                w.writerow([s.student, s.name, readable(s.path), s.chapter or "", "", "出错", 0, 0,
                             s.error or ""])
     _atomic_write(path, write)
 
@@ -251,10 +262,8 @@ def write_json(subs: list[Submission], path: Path, weights: Weights | None = Non
             d["exercises"] = scored(s, weights)
             d["points"], d["max_points"] = totals(s, weights)
         data.append(d)
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
-    os.replace(tmp, path)
+    text = json.dumps(data, ensure_ascii=False, indent=1)
+    _atomic_write(path, lambda f: f.write(text), encoding="utf-8", newline=None)
 
 
 FEEDBACK_CSS = """body{font-family:"Noto Sans CJK SC","PingFang SC","Microsoft YaHei",sans-serif;
@@ -287,7 +296,7 @@ def feedback_page(sub: Submission, weights: Weights | None = None) -> str:
     return ("<!DOCTYPE html><html lang=\"zh-CN\"><head><meta charset=\"utf-8\">"
             "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">"
             f"<title>{escape(title)}</title><style>{FEEDBACK_CSS}</style></head><body>"
-            f"<h1>{escape(title)}</h1><p>作业：{escape(sub.path.name)}；"
+            f"<h1>{escape(title)}</h1><p>作业：{escape(readable(sub.path.name))}；"
             f"得分 <b>{_fmt(got)} / {_fmt(full)}</b></p>"
             "<table><tr><th>练习</th><th>结果</th><th>得分</th><th>说明</th></tr>"
             + "".join(rows) + "</table>"
@@ -298,11 +307,27 @@ def feedback_page(sub: Submission, weights: Weights | None = None) -> str:
             "</body></html>\n")
 
 
-def write_feedback(sub: Submission, folder: Path, weights: Weights | None = None) -> Path:
+def write_feedback(sub: Submission, folder: Path, weights: Weights | None = None,
+                   name: str | None = None) -> Path:
+    """``folder/name``（默认 :func:`feedback_name`）写一页反馈。"""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / feedback_name(sub)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(feedback_page(sub, weights), encoding="utf-8")
-    os.replace(tmp, path)
+    path = folder / (name or feedback_name(sub))
+    page = feedback_page(sub, weights)
+    _atomic_write(path, lambda f: f.write(page), encoding="utf-8", newline=None)
     return path
+
+
+def feedback_names(subs: list[Submission]) -> dict[Path, str]:
+    """每份作业的反馈页文件名；两份作业的名字清洗后撞车（``1@_x`` 与 ``1#_x`` 都成了 ``1__x``）
+    时，后来的加上 ``-2``、``-3``……，谁的反馈页都不丢。"""
+    out, taken = {}, set()
+    for s in subs:
+        base = feedback_name(s).removesuffix(".html")
+        name, k = f"{base}.html", 1
+        while name.lower() in taken:
+            k += 1
+            name = f"{base}-{k}.html"
+        taken.add(name.lower())
+        out[s.path] = name
+    return out
