@@ -16,8 +16,9 @@
 
 表达式里能用的名字见 :class:`Sources`：``meta``（课程检查点的 meta）、``config``、``bench``
 （docs/benchmarks.json）、``trials``（docs/recipe_trials.json）、``rhyme``（docs/rhyme_study.json）、
-``out(id)``（同一笔记本里某个代码单元格提交的输出文字）、``code(id)``（它的源码）、``num(id, 正则)``（输出里的一个数）、
-``runtime()``（提交的完整模式运行用了多少秒）、``exercises``（本章练习的 grade id）、``gc``、``math``。
+``out(id)``（同一笔记本里某个代码单元格提交的输出文字）、``code(id)``（它的源码）、
+``num(id, 正则)``（输出里的一个数）、``runtime()``（提交的完整模式运行用了多少秒）、
+``exercises``（本章练习的 grade id）、``gc``、``math``。
 
 命令行：``python -m gptcourse_kit.claims [笔记本…]`` 列出没登记的句子与不成立的登记；
 ``--todo`` 把没登记的句子写成待填的 TOML 草稿。
@@ -29,10 +30,11 @@ import json
 import math
 import re
 import sys
-import tomllib
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
+
+import tomllib
 
 from gptcourse.runtime import ROOT
 
@@ -41,13 +43,16 @@ LEDGER = ROOT / "docs" / "claims"
 KINDS = ("figure", "behaviour", "fact")
 
 # ---------------------------------------------------------------- 哪些句子要登记
-UNITS = (r"%|％|×|倍|秒|分钟|小时|毫秒|ms\b|s\b|MB|GB|KB|MiB|GiB|KiB|万|亿|个|首|步|次|行|字|条|维|层|"
+UNITS = (r"%|％|×|倍|秒|分钟|小时|毫秒|ms\b|s\b|MB|GB|KB|MiB|GiB|KiB|万|亿|个|首|步|次|行|"
+         r"字|条|维|层|"
          r"头|词元|token|tok/s|篇|句|轮|组|位|种|张|份|处|道|年|天|周|遍|节课|讲|分\b|倍速")
 _NUM = r"(?<![\w.§\-])\d+(?:[.,]\d+)*"
-FIGURE = re.compile(rf"{_NUM}\s*(?:{UNITS})|{_NUM}\s*/\s*\d+|{_NUM}\s*[–~\-]\s*\d+|(?<![\w.])\d+\.\d+")
+FIGURE = re.compile(rf"{_NUM}\s*(?:{UNITS})|{_NUM}\s*/\s*\d+|{_NUM}\s*[–~\-]\s*\d+"
+                    r"|(?<![\w.])\d+\.\d+")
 NOT_A_FIGURE = re.compile(r"\s*(?:节|章|小节)|\.\s")       # “3.5 节”“第 2 章”是位置，不是结论
 ORDINAL_BEFORE = re.compile(r"(?:练习|第|§|图|表|步骤|题)\s*$")
-BEHAVIOUR = re.compile(r"押韵|不押|重韵|不会|学会了|学不会|更快|更慢|快了|慢了|样本外|从没用过|没用过|"
+BEHAVIOUR = re.compile(r"押韵|不押|重韵|不会|学会了|学不会|更快|更慢|快了|慢了|样本外|"
+                       r"从没用过|没用过|"
                        r"从未见过|没见过|做不到|总是|从不|一次也没")
 _MASKS = [re.compile(p, re.S) for p in (
     r"```.*?```", r"`[^`\n]*`", r"\$\$.*?\$\$", r"\$[^$\n]*\$", r"<[^>\n]*>", r"\]\([^)\n]*\)",
@@ -212,12 +217,13 @@ class Sources:
 
     def namespace(self) -> dict:
         import gptcourse as gc
-        lazy = {"meta": lambda: self.checkpoint["meta"], "config": lambda: self.checkpoint["config"],
+        lazy = {"meta": lambda: self.checkpoint["meta"],
+                "config": lambda: self.checkpoint["config"],
                 "bench": lambda: self._json("benchmarks.json"),
                 "trials": lambda: self._json("recipe_trials.json"),
                 "rhyme": lambda: self._json("rhyme_study.json")}
-        ns = {"out": self.out, "code": self.code, "num": self.num, "runtime": self.runtime, "gc": gc, "math": math,
-              "exercises": self.exercises}
+        ns = {"out": self.out, "code": self.code, "num": self.num, "runtime": self.runtime,
+              "gc": gc, "math": math, "exercises": self.exercises}
         return _Lazy(ns, lazy, self.overrides)
 
 
@@ -323,7 +329,8 @@ def main(argv: list[str] | None = None) -> int:
         sources = Sources(name)
         failures = [m for c in claims if (m := evaluate(c, sources))]
         missing = uncovered(name, claims, sources.nb)
-        print(f"{name}：登记 {len(claims)} 条，不成立 {len(failures)} 条，没登记的句子 {len(missing)} 句")
+        print(f"{name}：登记 {len(claims)} 条，不成立 {len(failures)} 条，"
+              f"没登记的句子 {len(missing)} 句")
         for line in failures + missing:
             print("  " + line)
         bad += len(failures) + len(missing)

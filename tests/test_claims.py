@@ -23,12 +23,14 @@ def test_every_registered_claim_holds_against_the_current_sources(claim):
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
 def test_every_figure_or_behaviour_sentence_is_registered(notebook):
     missing = cl.uncovered(notebook, cl.load_ledger(notebook), SOURCES[notebook].nb)
-    assert not missing, (f"{len(missing)} 句带数字或说模型行为的话没有登记（docs/claims/{notebook}.toml；"
-                         "python -m gptcourse_kit.claims --todo 给出草稿）：\n" + "\n".join(missing))
+    assert not missing, (f"{len(missing)} 句带数字或说模型行为的话没有登记"
+                         f"（docs/claims/{notebook}.toml；python -m gptcourse_kit.claims --todo "
+                         "给出草稿）：\n" + "\n".join(missing))
 
 
 def test_scanner_flags_figures_and_behaviour_but_not_section_numbers_or_code():
-    text = ("自由写诗押韵 83 %，比参考快 1.96×。见 3.5 节与练习 4；代码 `x = 12` 与公式 $10^3$ 不算。\n"
+    text = ("自由写诗押韵 83 %，比参考快 1.96×。见 3.5 节与练习 4；"
+            "代码 `x = 12` 与公式 $10^3$ 不算。\n"
             "1. 第一条\n## 12.1 标题里的节号不算\n训练 800 秒。")
     found = cl.sentences("c", text)
     figures = [text[a:b] for s in found for a, b in s.figures]
@@ -71,5 +73,6 @@ def test_ledger_entries_are_well_formed(tmp_path):
 
 def test_every_markdown_cell_has_a_stable_id():
     for nb in NOTEBOOKS:
-        ids = [c.get("id") for c in json.loads((cl.NOTEBOOKS / f"{nb}.ipynb").read_text("utf-8"))["cells"]]
+        cells = json.loads((cl.NOTEBOOKS / f"{nb}.ipynb").read_text("utf-8"))["cells"]
+        ids = [c.get("id") for c in cells]
         assert all(ids) and len(set(ids)) == len(ids), nb

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 from gptcourse import checkpoint, cli
-from gptcourse_kit import notebooks as nbtool
 from gptcourse.config import preset
 from gptcourse.model import GPT
 from gptcourse.tokenizer import CharTokenizer
+from gptcourse_kit import notebooks as nbtool
 
 TRAIN = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
          "--no-progress", "--no-bf16", "--steps", "1"]
