@@ -21,7 +21,8 @@ from gptcourse.runtime import ROOT
 
 NOTEBOOK_DIR = ROOT / "notebooks"
 # 作者机器上的绝对路径不应出现在提交的输出里
-ABS_PATH_RE = re.compile(r"(?<![\w.])(/root|/home|/work|/tmp|/Users|[A-Za-z]:\\\\?Users)\b")
+ABS_PATH_RE = re.compile(r"(?<![\w.])(/root|/home|/work|/tmp|/Users|[A-Za-z]:\\\\?Users)\b"
+                         r"|site-packages")
 GLYPH_RE = re.compile(r"Glyph \d+ .*missing from font")
 
 
@@ -73,6 +74,10 @@ def check_notebook(path: Path) -> list[str]:
     elif counts != list(range(1, len(code) + 1)):
         problems.append(f"执行计数不是 1…{len(code)} 连续递增：{counts}")
     for i, cell in enumerate(cells):
+        m = ABS_PATH_RE.search(cell.source)                 # 源码与正文里也不行（issue 48 item 6）
+        if m:
+            snippet = cell.source[max(0, m.start() - 20):m.end() + 30]
+            problems.append(f"单元格 {i} 的源码含有本机路径：{snippet!r}")
         if cell.cell_type != "code":
             continue
         for out in cell.get("outputs", []):

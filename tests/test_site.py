@@ -188,3 +188,11 @@ def test_toc_button_stays_on_screen_deep_in_a_long_chapter_on_a_phone(site):
         driver.call("POST", f"/element/{link}/click", {})
         assert driver.js("return document.getElementById('tocbtn').checked") is False  # 点了就收起
         _screenshot(driver, "site_ch01_400_deep.png")
+
+
+def test_site_pages_name_no_path_of_the_authors_machine(site):
+    """issue 48 item 6：网页里不出现本机路径（/root、/home、/work、site-packages……）。"""
+    from gptcourse_kit.notebooks import ABS_PATH_RE
+    for page in site.rglob("*.html"):
+        m = ABS_PATH_RE.search(page.read_text(encoding="utf-8"))
+        assert m is None, f"{page.name}：{m.group()}"

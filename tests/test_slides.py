@@ -217,3 +217,11 @@ def test_every_slide_fits_1280x720_with_readable_fonts(measured):
         assert min(s["prose"] for s in m["slides"]) >= MIN_PROSE_PX, stem
         assert {"title", "exercise", "code", "figure"} <= {s["kind"] for s in m["slides"]}
         assert len(list(m["shots"].glob(f"slides_{stem[:2]}_*.png"))) >= 4
+
+
+def test_slides_and_handout_name_no_path_of_the_authors_machine(built):
+    """issue 48 item 6：幻灯片与讲义里不出现本机路径。"""
+    from gptcourse_kit.notebooks import ABS_PATH_RE
+    for page in built.rglob("*.html"):
+        m = ABS_PATH_RE.search(page.read_text(encoding="utf-8"))
+        assert m is None, f"{page.name}：{m.group()}"

@@ -255,3 +255,14 @@ def test_student_site_has_no_solution_code_and_no_checker_results(tmp_path, edit
         assert "正确 ✓\n" not in html.unescape(re.sub(r"<[^>]+>", "", page)), path.name
         assert "show_solution" not in page and "NBVAL_CHECK_OUTPUT" not in page
         assert "raise NotImplementedError" in text and "<img" in page      # 存根在，图也在
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_student_edition_names_no_path_of_the_authors_machine(path, editions):
+    """issue 48 item 6：生成的学生版（源码与留下的输出）里不出现本机路径。"""
+    from gptcourse_kit.notebooks import ABS_PATH_RE
+    _, student = editions[path.name]
+    for i, cell in enumerate(student.cells):
+        text = cell.source + "".join(_outputs(cell) for _ in [0] if cell.cell_type == "code")
+        m = ABS_PATH_RE.search(text)
+        assert m is None, f"{path.name} 单元格 {i}：{m.group()}"
