@@ -25,8 +25,10 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
+import shutil
 import signal
 import tempfile
 import threading
@@ -124,6 +126,38 @@ def _alive(pid: int) -> bool:
 
 
 @contextlib.contextmanager
+def run_lock(out: str | Path):
+    """一次训练独占它的 ``--out``：``<out>.lock``（O_EXCL 建，写着进程号）。另一个还活着的进程
+    拿着锁 → UserError（两次训练交替写同一组文件，发布的会是一个的权重配另一个的记录）；
+    拿锁的进程已经不在了（被 SIGKILL 的）→ 接过来。"""
+    out = Path(out)
+    lock = out.with_name(out.name + ".lock")
+    out.parent.mkdir(parents=True, exist_ok=True)      # check_writable 已确认能建
+    for _ in range(3):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                pid = int(lock.read_text(encoding="ascii").strip() or 0)
+            except (OSError, ValueError):
+                pid = 0
+            if pid and pid != os.getpid() and _alive(pid):
+                raise UserError(f"另一个训练（进程 {pid}）正在写 {out}：等它结束，或换一个 "
+                                f"--out（锁文件 {lock.name}）") from None
+            lock.unlink(missing_ok=True)                 # 上一次被杀掉时留下的
+            continue
+        with os.fdopen(fd, "w", encoding="ascii") as f:
+            f.write(str(os.getpid()))
+        break
+    else:
+        raise UserError(f"拿不到 {lock}：请确认没有别的训练在写 {out} 后删掉它")
+    try:
+        yield lock
+    finally:
+        lock.unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
 def _sigterm_raises():
     """写入期间把 SIGTERM 变成异常，这样 ``finally`` 能删掉临时文件（只在主线程、默认处理时）。"""
     if threading.current_thread() is not threading.main_thread() \
@@ -156,10 +190,37 @@ def atomic_save(obj, path: str | Path) -> Path:
                 os.fsync(f.fileno())
             os.chmod(tmp, 0o644)                      # mkstemp 建的是 0600，发布文件应可读
             os.replace(tmp, path)
+        except (OSError, RuntimeError) as e:          # 磁盘满、只读、文件太大：一句话，不是堆栈
+            Path(tmp).unlink(missing_ok=True)
+            raise CheckpointError(f"写不出检查点 {path}：{write_failure(e, path.parent)}"
+                                  "（临时文件已删除，已有的同名文件没有动）") from e
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
     return path
+
+
+_WRITE_ERRORS = {errno.ENOSPC: "磁盘已满", errno.EDQUOT: "超出磁盘配额",
+                 errno.EROFS: "只读文件系统",
+                 errno.EFBIG: "文件太大（超过了 ulimit -f 或文件系统的上限）",
+                 errno.EACCES: "没有写权限", errno.EPERM: "没有写权限",
+                 errno.ENAMETOOLONG: "文件名太长"}
+
+
+def write_failure(e: BaseException, folder: Path) -> str:
+    """写失败的原因，一句话。torch.save 的 RuntimeError 丢了 errno（"unexpected pos …"），
+    那就看看目录所在的磁盘还剩多少。"""
+    if isinstance(e, OSError) and e.errno in _WRITE_ERRORS:
+        return _WRITE_ERRORS[e.errno]
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    try:
+        free = shutil.disk_usage(folder).free
+    except OSError:
+        free = None
+    full = free is not None and free < 2**30
+    hint = f"；磁盘只剩 {free / 2**20:.1f} MB，多半是满了" if full else ""
+    return " ".join(str(e).split())[:160] + hint
 
 
 # 校验和覆盖的字段：给权重以意义的一切（配置、词表、meta）都在内——改了 n_head 或词表里的一个字，
@@ -423,7 +484,9 @@ def load(path: str | Path | None = None, map_location="cpu", eval_mode: bool = T
     meta 里有 step、config 以及训练时记录的指标。``trust_unverified`` 见 :func:`load_raw`。
     """
     obj = load_raw(path, map_location, trust_unverified)
-    cfg, tok = _config_and_tokenizer(obj, Path(path).name if path is not None else SHIPPED.name)
+    name = Path(path).name if path is not None else SHIPPED.name
+    cfg, tok = _config_and_tokenizer(obj, name)
+    check_config_matches(cfg, obj["model"], name)     # 先比形状，再分配内存
     model = GPT(cfg)
     load_weights(model, obj["model"])
     model.to(map_location if isinstance(map_location, (str, torch.device)) else "cpu")
@@ -433,7 +496,22 @@ def load(path: str | Path | None = None, map_location="cpu", eval_mode: bool = T
     return model, tok, meta
 
 
-def check_weights(model: GPT, state: dict) -> None:
+def check_config_matches(cfg: GPTConfig, state: dict, name: str) -> None:
+    """配置与文件里的权重一致吗——在建模型之前就查：一个配置写成 2048 层、权重只有 20 MB 的文件
+    不会先把内存吃光（模型先建在 ``meta`` 设备上，只有形状，不占内存）。"""
+    layers = {k.split(".")[1] for k in state if k.startswith("blocks.")}
+    if len(layers) != cfg.n_layer:
+        raise CheckpointError(f"{name} 的配置与权重不符：配置 n_layer={cfg.n_layer}，"
+                              f"权重里有 {len(layers)} 层")
+    with torch.device("meta"):
+        shell = GPT(cfg)
+    try:
+        check_weights(shell, state, values=False)
+    except CheckpointError as e:
+        raise CheckpointError(f"{name} 的配置与权重不符：{e}") from None
+
+
+def check_weights(model: GPT, state: dict, values: bool = True) -> None:
     """state 能否载入 model：键、形状、dtype 类别（浮点/整数/布尔）一致，浮点权重全是有限数。"""
     own = model.state_dict()
     missing, extra = sorted(set(own) - set(state)), sorted(set(state) - set(own))
@@ -446,7 +524,7 @@ def check_weights(model: GPT, state: dict) -> None:
         if v.is_floating_point() != own[k].is_floating_point() or \
                 (v.dtype == torch.bool) != (own[k].dtype == torch.bool):
             raise CheckpointError(f"参数 {k} 的类型不符：检查点 {v.dtype}，模型 {own[k].dtype}")
-        if v.is_floating_point() and not torch.isfinite(v).all():
+        if values and v.is_floating_point() and not torch.isfinite(v).all():
             raise CheckpointError(f"参数 {k} 里有 NaN 或 inf（训练发散后保存的？）")
 
 

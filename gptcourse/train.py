@@ -20,6 +20,7 @@ import math
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -628,7 +629,8 @@ class Checkpoints:
         self.meta = {} if meta is None else meta
         self.history = History() if history is None else history
         self.snapshots = None if snapshots is None else Path(snapshots)
-        self.best_step: int | None = None       # 这次训练写出的 best 在第几步（不是以前留下的）
+        self.best_step: int | None = None       # 这次训练的 best 在第几步（不是以前留下的）
+        self.best_state: dict | None = None     # 那一步的权重（CPU 上的副本）
         self.t0 = time.perf_counter()           # 训练墙钟从这里算
 
     def elapsed(self) -> float:
@@ -637,15 +639,23 @@ class Checkpoints:
     def on_eval(self, step: int, val: float | None, is_best: bool) -> None:
         """:func:`train` 的 ``on_eval``：存 last，创新低时存 best，有快照目录时存快照。"""
         meta = {**self.meta, "val_loss": val, "history": self.history.to_dict()}
+        if is_best:                             # 先记在内存里：发布的是这次训练自己的 best，
+            self.best_state = {k: v.detach().to("cpu", copy=True)       # 磁盘写不出也还在
+                               for k, v in self.model.state_dict().items()}
+            self.best_step = step
         checkpoint.save(self.last, self.model, self.tok, optimizer=self.optimizer, step=step,
                         meta=meta)
         if is_best:
             checkpoint.save(self.best, self.model, self.tok, step=step, meta=meta, half=self.half)
-            self.best_step = step
         if self.snapshots is not None:          # 学习曲线：这一刻的权重，连同训练墙钟
-            checkpoint.save(self.snapshots / f"step_{step:06d}.pt", self.model, self.tok,
-                            step=step, meta={"val_loss": val, "wall_s": round(self.elapsed(), 1),
-                                             "command": self.meta.get("command")})
+            try:
+                checkpoint.save(self.snapshots / f"step_{step:06d}.pt", self.model, self.tok,
+                                step=step, meta={"val_loss": val,
+                                                 "wall_s": round(self.elapsed(), 1),
+                                                 "command": self.meta.get("command")})
+            except checkpoint.CheckpointError as e:   # 快照是可选的：停掉快照，训练照常
+                warnings.warn(f"{e}；之后不再写快照，训练继续", stacklevel=2)
+                self.snapshots = None
 
     def finish(self, cfg: TrainConfig, diverged: TrainingDiverged | None = None,
                interrupted: bool = False) -> dict | None:
@@ -664,7 +674,8 @@ class Checkpoints:
             summary["diverged_at_step"] = diverged.step
         if interrupted:
             summary["interrupted"] = True
-        model_best, _, _ = checkpoint.load(self.best)       # 发布用的文件 = 验证损失最好的那一版
+        model_best = GPT(self.model.config)                 # 发布用的文件 = 这次训练验证损失
+        model_best.load_state_dict(self.best_state)         # 最好的那一版（内存里的，不重读磁盘）
         checkpoint.save(self.out, model_best, self.tok, step=steps,
                         meta={**self.meta, **summary, "history": history.to_dict()},
                         half=self.half)

@@ -104,7 +104,7 @@ def test_crash_mid_write_keeps_previous_file(tmp_path, tok, monkeypatch):
         raise OSError("磁盘已满（模拟）")
 
     monkeypatch.setattr(torch, "save", broken_save)
-    with pytest.raises(OSError, match="模拟"):
+    with pytest.raises(checkpoint.CheckpointError, match="写不出检查点 .*m.pt.*模拟"):
         checkpoint.save(path, tiny(tok, seed=1), tok, step=2)
     monkeypatch.undo()
     assert path.read_bytes() == before                           # 原文件一字节未变
@@ -282,3 +282,51 @@ def test_the_shipped_checkpoint_is_v2_and_a_v1_copy_upgrades_to_it(tmp_path):
     new = checkpoint.upgrade(old, tmp_path / "course_v2.pt")
     assert checkpoint.load_raw(new)["format"] == checkpoint.FORMAT
     same_weights(model, checkpoint.load(new)[0])
+
+
+@pytest.mark.parametrize("error, reason", [
+    (OSError(28, "No space left on device"), "磁盘已满"),
+    (OSError(30, "Read-only file system"), "只读文件系统"),
+    (OSError(27, "File too large"), "文件太大"),
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 37760 vs 37654"),
+     "unexpected pos"),
+])
+def test_a_failed_write_is_one_sentence_that_names_the_file_and_the_reason(
+        tmp_path, tok, monkeypatch, error, reason):
+    """R6（F01、F03、F12）：磁盘满、文件太大、只读——CheckpointError 说出文件与原因，不是堆栈；
+    torch 丢了 errno 的 RuntimeError 也说出文件名。"""
+    def broken_save(obj, f, *a, **k):
+        raise error
+    monkeypatch.setattr(torch, "save", broken_save)
+    with pytest.raises(checkpoint.CheckpointError) as e:
+        checkpoint.save(tmp_path / "m.pt", tiny(tok), tok)
+    assert "m.pt" in str(e.value) and reason in str(e.value) and "\n" not in str(e.value)
+    assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"n_layer": 2048, "n_embd": 4096, "n_head": 32}, "n_layer=2048"),
+    ({"n_embd": 4096, "n_head": 32}, "形状不符"),
+])
+def test_a_config_that_does_not_match_its_weights_is_refused_before_building(
+        tmp_path, change, message):
+    """R7（K11、K12）：校验和有效、配置却与权重不符的文件——在建模型、分配内存之前就拒绝。"""
+    obj = checkpoint.load_raw()
+    obj["config"].update(change)
+    obj["sha256"] = checkpoint.payload_sha256(obj)          # 谁都能重算校验和
+    torch.save(obj, tmp_path / "bomb.pt")
+    with pytest.raises(checkpoint.CheckpointError, match=f"配置与权重不符.*{message}"):
+        checkpoint.load(tmp_path / "bomb.pt")
+
+
+def test_a_live_run_holds_the_lock_and_a_dead_runs_lock_is_taken_over(tmp_path):
+    """R5（F11）：同一个 --out 上另一个还活着的训练 → 拒绝；被杀掉的训练留下的锁 → 接过来。"""
+    out = tmp_path / "m.pt"
+    (tmp_path / "m.pt.lock").write_text(str(os.getppid()), encoding="ascii")   # 活着的进程
+    with pytest.raises(checkpoint.UserError, match="另一个训练"):
+        with checkpoint.run_lock(out):
+            pass
+    (tmp_path / "m.pt.lock").write_text("999999999", encoding="ascii")          # 不存在的进程
+    with checkpoint.run_lock(out) as lock:
+        assert lock.read_text(encoding="ascii") == str(os.getpid())
+    assert not lock.exists()

@@ -124,3 +124,58 @@ def test_a_text_too_small_for_one_window_is_one_line(tmp_path, capsys):
                      "--steps", "1", "--out", str(tmp_path / "x.pt")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "不够切出" in err, err
+
+
+def _failing_save(monkeypatch, when):
+    """checkpoint.save 在 ``when(path)`` 为真时像磁盘满了一样失败。"""
+    real = checkpoint.save
+
+    def save(path, *a, **k):
+        if when(path):
+            raise checkpoint.CheckpointError(f"写不出检查点 {path}：磁盘已满")
+        return real(path, *a, **k)
+    monkeypatch.setattr(checkpoint, "save", save)
+
+
+def test_a_failed_write_mid_run_still_publishes_this_runs_best(tmp_path, capsys, monkeypatch):
+    """R6（F04、F12）：第二次评估时 last 写不出——一句话，退出码 1，发布文件是第 1 步的 best。"""
+    out = tmp_path / "m.pt"
+    calls = []
+    _failing_save(monkeypatch, lambda p: p.name == "m.last.pt" and calls.append(p) is None
+                  and len(calls) == 2)
+    assert cli.main(["train", *TINY, "--steps", "3", "--eval-interval", "1",
+                     "--out", str(out)]) == 1
+    err = capsys.readouterr().err
+    assert "磁盘已满" in err and "Traceback" not in err and err.count("\n") == 1, err
+    assert checkpoint.load_raw(out)["meta"]["history"]["evals"][0]["step"] == 1
+    assert not (tmp_path / "m.pt.lock").exists()
+
+
+def test_a_full_snapshot_folder_stops_the_snapshots_not_the_run(tmp_path, capsys, monkeypatch):
+    """R6（F02）：只有 --snapshots 的目录满了：警告一次、不再写快照，训练照常写出 --out。"""
+    snaps, out = tmp_path / "snaps", tmp_path / "m.pt"
+    _failing_save(monkeypatch, lambda p: p.parent == snaps)
+    assert cli.main(["train", *TINY, "--steps", "2", "--eval-interval", "1",
+                     "--snapshots", str(snaps), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.count("不再写快照") == 1 and "Traceback" not in err, err
+    assert checkpoint.load_raw(out)["step"] == 2
+
+
+def test_the_published_file_is_this_runs_best_not_whatever_is_on_disk(tmp_path):
+    """R5（F11）：另一次训练在这期间改写了 <out>.best.pt——发布的仍是这次训练自己的 best。"""
+    from gptcourse.config import preset
+    from gptcourse.model import GPT
+    from gptcourse.tokenizer import CharTokenizer
+    from gptcourse.train import Checkpoints, TrainConfig
+    tok = CharTokenizer.from_text("春风明月\n")
+    torch.manual_seed(0)
+    mine = GPT(preset("mini", vocab_size=tok.vocab_size, block_size=8))
+    other = GPT(preset("mini", vocab_size=tok.vocab_size, block_size=16))
+    ckpts = Checkpoints(tmp_path / "m.pt", mine, tok)
+    ckpts.on_eval(1, 1.9, True)
+    checkpoint.save(tmp_path / "m.best.pt", other, tok, step=9)          # 别人写的
+    ckpts.finish(TrainConfig(max_steps=1, batch_size=1))
+    model, _, _ = checkpoint.load(tmp_path / "m.pt")
+    assert model.config.block_size == 8
+    torch.testing.assert_close(model.state_dict(), mine.state_dict())

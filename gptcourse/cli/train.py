@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import math
@@ -135,6 +136,12 @@ def cli_main(args) -> int:
     tcfg, aux_names = _config(args)                      # 先检查参数，再做耗时的事
     out, snapshots = _outputs(args)                      # 训练之前就确认能写，而不是训练之后
     dist_utils.init()
+    lock = checkpoint.run_lock(out) if dist_utils.rank() == 0 else contextlib.nullcontext()
+    with lock:                                           # 同一个 --out 同时只有一次训练
+        return _run(args, tcfg, aux_names, out, snapshots)
+
+
+def _run(args, tcfg: TrainConfig, aux_names, out: Path, snapshots: Path | None) -> int:
     set_seed(tcfg.seed)
     corpus, device = open_corpus(args.corpus, args.documents), get_device()
     verse_corpus = is_verse(corpus)
@@ -163,6 +170,8 @@ def cli_main(args) -> int:
               history=ckpts.history, on_eval=ckpts.on_eval, starts=data.starts,
               targets=data.targets, callbacks=callbacks, objectives=aux)
     except TrainingDiverged as e:               # 发散：留下发散之前最好的那一版（若有）
+        diverged = e
+    except checkpoint.CheckpointError as e:     # 写不出 last/best（磁盘满、只读……）：同上
         diverged = e
     except KeyboardInterrupt:                   # Ctrl+C：同上，一行说明，退出码 130
         interrupted = "已中断（Ctrl+C）"
@@ -271,7 +280,12 @@ def _finish(ckpts: Checkpoints, tcfg: TrainConfig, diverged, interrupted) -> int
     failed, code = (f"错误：{diverged}", 1) if diverged is not None else (interrupted, 130)
     if dist_utils.rank() != 0:                   # 只有 0 号进程写文件、打印
         return code if failed else 0
-    summary = ckpts.finish(tcfg, diverged, bool(interrupted))
+    try:
+        summary = ckpts.finish(tcfg, diverged if isinstance(diverged, TrainingDiverged) else None,
+                               bool(interrupted))
+    except checkpoint.CheckpointError as e:      # 发布文件也写不出：一句话说清楚
+        print(f"{failed + '；' if failed else '错误：'}{e}", file=sys.stderr)
+        return 1
     if summary is None:                          # 这次训练没有写出过 best：不拿以前留下的充数
         why = "在那之前没有一次有限的验证损失" if diverged is not None else "还没有评估过一次"
         stale = f"（{ckpts.best.name} 是以前的训练留下的，没有动它）" if ckpts.best.exists() else ""
@@ -279,7 +293,8 @@ def _finish(ckpts: Checkpoints, tcfg: TrainConfig, diverged, interrupted) -> int
               file=sys.stderr)
         return code if failed else 1
     if failed:
-        when = "发散" if diverged is not None else "中断"
+        when = "中断" if diverged is None else \
+            "出错" if isinstance(diverged, checkpoint.CheckpointError) else "发散"
         print(f"{failed}。已把{when}之前验证损失最好的检查点写到 {ckpts.out}"
               f"（第 {ckpts.best_step} 步）：" + json.dumps(summary, ensure_ascii=False),
               file=sys.stderr)
