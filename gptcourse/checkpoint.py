@@ -81,11 +81,17 @@ def _trust_from_env() -> bool:
 
 
 # ---------------------------------------------------------------- 写入
+MAX_NAME_BYTES = 200    # 文件系统限 255 字节；临时文件名与 .best.pt 还要余量
+
+
 def check_writable(path: str | Path) -> Path:
     """训练开始之前就确认 path 能写：不是目录、名字不为空、最近的已有上级目录可写。"""
-    path = Path(path)
-    if not path.name or path.name in (".", ".."):
-        raise CheckpointError(f"检查点路径 {str(path)!r} 没有文件名")
+    text, path = str(path), Path(path)
+    if not path.name or path.name in (".", "..") or text.endswith(("/", os.sep)):
+        raise CheckpointError(f"检查点路径 {text!r} 没有文件名（以 / 结尾的是目录）")
+    if len(os.fsencode(path.name)) > MAX_NAME_BYTES:   # 临时文件名、.best.pt 还要更长
+        raise CheckpointError(f"检查点的文件名太长（{len(os.fsencode(path.name))} 字节，"
+                              f"最多 {MAX_NAME_BYTES}）：{path.name[:40]}…")
     if path.is_dir():
         raise CheckpointError(f"检查点路径 {path} 是一个目录，请给出文件名（例如 {path}/model.pt）")
     parent = path.parent

@@ -179,3 +179,33 @@ def test_the_published_file_is_this_runs_best_not_whatever_is_on_disk(tmp_path):
     model, _, _ = checkpoint.load(tmp_path / "m.pt")
     assert model.config.block_size == 8
     torch.testing.assert_close(model.state_dict(), mine.state_dict())
+
+
+@pytest.mark.parametrize("make, value, message", [
+    (lambda d: (d / "f").write_text("x"), "f", "不是目录"),
+    (lambda d: (d / "f").write_text("x"), "f/sub", "建不了"),
+    (lambda d: None, " ", "是空的"),
+    (lambda d: (d / "s").mkdir() or (d / "s" / "step_000002.pt").write_bytes(b"x"), "s",
+     "已有 1 个快照"),
+])
+def test_snapshots_must_be_an_empty_folder(tmp_path, capsys, monkeypatch, make, value, message):
+    """R8（T01–T05、T08）：--snapshots 是文件、建不了、是空字符串、已有别的训练的快照——
+    训练之前一行错误，退出码 2，什么都没写。"""
+    make(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    assert cli.main(["train", *TINY, "--steps", "2", "--snapshots", value,
+                     "--out", str(tmp_path / "m.pt")]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before
+
+
+@pytest.mark.parametrize("out, message", [("newdir/", "以 / 结尾"), ("a" * 245 + ".pt", "太长")])
+def test_out_that_names_a_folder_or_is_too_long_is_refused_before_training(
+        tmp_path, capsys, out, message):
+    """R8（T25、T26）：--out 以 / 结尾是目录；248 字节的名字训练完才失败——都在训练之前拒绝。"""
+    assert cli.main(["train", *TINY, "--steps", "2", "--out", f"{tmp_path}/{out}"]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []

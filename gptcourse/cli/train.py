@@ -213,12 +213,29 @@ def _config(args) -> tuple[TrainConfig, dict]:
 def _outputs(args) -> tuple[Path, Path | None]:
     """--out 与 --snapshots 能写吗（不能 → UserError）；--init 不能正是要写的文件。"""
     out = checkpoint.check_writable(args.out)
-    snapshots = None if args.snapshots is None else Path(args.snapshots)
-    if snapshots is not None:
-        snapshots.mkdir(parents=True, exist_ok=True)
-        checkpoint.check_writable(snapshots / "step_000000.pt")
-    _refuse_overwriting_init(args.init, out)               # 不覆盖训练的起点
+    snapshots = None if args.snapshots is None else _snapshot_folder(args.snapshots)
+    _refuse_overwriting_init(args.init, out, snapshots)    # 不覆盖训练的起点
     return out, snapshots
+
+
+def _snapshot_folder(text: str) -> Path:
+    """--snapshots：一个空的（或还不存在的）目录。空字符串不是当前目录；已有 step_*.pt 的目录
+    会让学习曲线混进另一次训练，拒绝。"""
+    if not text.strip():
+        raise UserError("--snapshots 是空的：请给一个目录名")
+    folder = Path(text)
+    if folder.exists() and not folder.is_dir():
+        raise UserError(f"--snapshots {folder} 不是目录")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UserError(f"--snapshots {folder} 建不了：{e.strerror or e}") from None
+    old = sorted(folder.glob("step_*.pt"))
+    if old:
+        raise UserError(f"--snapshots {folder} 里已有 {len(old)} 个快照（{old[0].name} …），"
+                        "学习曲线会混进另一次训练：请换一个空目录，或先把它们移走")
+    checkpoint.check_writable(folder / "step_000000.pt")
+    return folder
 
 
 def _model(args, corpus, device) -> tuple[GPT, object, dict]:
@@ -303,12 +320,16 @@ def _finish(ckpts: Checkpoints, tcfg: TrainConfig, diverged, interrupted) -> int
     return 0
 
 
-def _refuse_overwriting_init(init, out: Path) -> None:
-    """--init 的文件若正是这次训练要写的 --out、<out>.best.pt 或 <out>.last.pt，训练会覆盖
-    它的起点：训练之前就拒绝（退出码 2），请换一个 --out。"""
+def _refuse_overwriting_init(init, out: Path, snapshots: Path | None = None) -> None:
+    """--init 的文件若正是这次训练要写的 --out、<out>.best.pt、<out>.last.pt 或快照目录里的
+    step_*.pt，训练会覆盖它的起点：训练之前就拒绝（退出码 2），请换一个 --out。"""
     if init is None:
         return
     init = Path(init)
+    if snapshots is not None and init.resolve().parent == snapshots.resolve() \
+            and init.name.startswith("step_"):
+        raise UserError(f"--init {init} 在 --snapshots 目录里：训练会用同名快照覆盖它的起点。"
+                        "请换一个快照目录")
     for target in (out, out.with_suffix(".best.pt"), out.with_suffix(".last.pt")):
         same = (init.exists() and target.exists() and init.samefile(target)) or \
             init.resolve() == target.resolve()
