@@ -427,3 +427,15 @@ def test_times_with_an_unknown_notebook_exits_2(capsys):
     assert nb_main(["check", "99_nope"]) == 2
     assert "找不到笔记本 '99_nope'" in capsys.readouterr().err
     assert main(["times", "99_nope"]) == 2
+
+
+def test_an_output_that_is_a_submission_is_refused(tmp_path, capsys):
+    """R3（C14）：--csv 写成了学生的作业本身——评分之前拒绝，作业一字节不变。"""
+    sub = tmp_path / "2024001_张三.ipynb"
+    nbformat.write(teacher_nb(), sub)
+    before = sub.read_bytes()
+    for flag in ("--csv", "--json", "--long-csv"):
+        assert main(["grade", str(sub), flag, str(sub)]) == 2
+        err = capsys.readouterr().err
+        assert "作业本身" in err and err.count("\n") == 1, err
+    assert sub.read_bytes() == before

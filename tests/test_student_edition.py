@@ -266,3 +266,35 @@ def test_student_edition_names_no_path_of_the_authors_machine(path, editions):
         text = cell.source + "".join(_outputs(cell) for _ in [0] if cell.cell_type == "code")
         m = ABS_PATH_RE.search(text)
         assert m is None, f"{path.name} 单元格 {i}：{m.group()}"
+
+
+@pytest.mark.parametrize("command, target", [("student", "01_data_tokenizer.ipynb"),
+                                             ("site", "index.html"), ("handout", "answers.html")])
+def test_a_link_in_out_is_never_written_through(tmp_path, capsys, command, target):
+    """R3（C01、C02、C34、C37）：--out 里的符号链接——悬空的（指向 --out 之外）或指向教师版
+    的，加不加 --force——都不顺着写：一行错误，链接指向的地方什么都没写。"""
+    from gptcourse_kit.classroom.__main__ import main
+
+    out, elsewhere = tmp_path / "out", tmp_path / "shared"
+    out.mkdir()
+    elsewhere.mkdir()
+    (out / target).symlink_to(elsewhere / "leak")
+    for extra in ([], ["--force"]):
+        assert main([command, "--out", str(out), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "符号链接" in err, err
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_two_inputs_with_one_name_are_refused(tmp_path, capsys):
+    """R4（C09）：两个班的同一章（同名）一起生成——后写的会悄悄吃掉先写的：拒绝。"""
+    from gptcourse_kit.classroom.__main__ import main
+
+    for d in ("a", "b"):
+        (tmp_path / d).mkdir()
+        (tmp_path / d / "01_data_tokenizer.ipynb").write_bytes(
+            (ROOT / "notebooks" / "01_data_tokenizer.ipynb").read_bytes())
+    assert main(["student", "--out", str(tmp_path / "o"),
+                 *(str(tmp_path / d / "01_data_tokenizer.ipynb") for d in "ab")]) == 2
+    assert "重名" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -48,6 +48,10 @@ def grade_command(args) -> None:
     check_names(args.notebooks)
     outputs = [p for p in (args.json, args.csv, args.long_csv) if p]
     for out in outputs:                                  # 评分之前就确认写得了，不是评完才发现
+        if any(out.resolve() == Path(nb).resolve()
+               or (out.exists() and Path(nb).exists() and out.samefile(nb))
+               for nb in args.notebooks):                 # 一个笔误就毁掉学生唯一的一份作业
+            raise FileExistsError(f"{out} 是要评分的作业本身：不会用成绩册覆盖它")
         if out.is_dir():
             raise IsADirectoryError(f"{out} 是目录：请给一个文件名")
         if not out.parent.is_dir():

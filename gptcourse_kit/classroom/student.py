@@ -196,6 +196,17 @@ def check_out_dir(inputs: list[Path], out: Path, targets: list[Path], force: boo
     if inside:
         raise OutputError(f"--out {out} 包含输入的笔记本（如 {inside[0]}），写进去会覆盖或混进"
                           "教师版；请换一个不包含 notebooks/ 的新目录")
+    names = [Path(t).name for t in targets]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:                                                    # 两个班的同一章：后写的吃掉先写的
+        raise OutputError(f"有 {len(twice)} 个输出重名（如 {twice[0]}）：同名的输入请分开生成")
+    links = [str(t) for t in targets if Path(t).is_symlink()]
+    if links:                                # 顺着链接写会写到 --out 之外（可能正是教师版）
+        raise OutputError(f"{links[0]} 是一个符号链接：不顺着链接写；请删掉它或换一个空目录")
+    clash = [str(t) for t in targets for p in inputs
+             if Path(t).exists() and Path(p).exists() and Path(t).samefile(p)]
+    if clash:
+        raise OutputError(f"{clash[0]} 就是输入的笔记本（硬链接？）：不会覆盖它")
     existing = [str(t) for t in targets if Path(t).exists()]
     if existing and not force:
         raise OutputError(f"{out} 里已经有 {len(existing)} 个要写的文件（如 {existing[0]}），"
