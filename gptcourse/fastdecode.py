@@ -321,7 +321,9 @@ def decoder_for(model, dtype: torch.dtype | None = None, compile: bool = True) -
     """这个模型的快速解码器（同一个模型、精度与是否编译只建一次，之后一直复用）。
 
     精度与模型不同时（bf16）解码器用的是权重的一份副本：之后模型的权重变了（继续训练、
-    ``load_state_dict``），这里认得出（:func:`weights_version`）并重建副本，不会悄悄用旧权重。"""
+    ``load_state_dict``），这里认得出（:func:`weights_version`）并重建副本，不会悄悄用旧权重。
+    认不出的：绕过 autograd 的 ``p.data.mul_(…)``、``p.data = …`` 不改版本号——这样改了权重之后
+    请调用 :func:`forget`。"""
     dtype = dtype or next(model.parameters()).dtype
     with _DECODERS_LOCK:
         per_model = _table(model, create=True)

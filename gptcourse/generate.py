@@ -282,6 +282,11 @@ def _fast_decoder(model, use_cache: bool, compile: bool | None, precision: str, 
         if compile or precision != "fp32":
             raise UserError("compile / precision=\"bf16\" 走快速一步，它需要 use_cache=True")
         return None
+    if _quantized(model):                       # int8 的层只有教学路径认得
+        if compile or precision != "fp32":
+            raise UserError("量化过的（int8）模型不能用 compile=True 或 precision=\"bf16\"："
+                            "它走普通的带缓存解码")
+        return None
     dtype = DTYPES[precision]
     if compile is None:
         if cached_decoder(model, dtype) is not None:
@@ -290,6 +295,11 @@ def _fast_decoder(model, use_cache: bool, compile: bool | None, precision: str, 
     if not compile and precision == "fp32":
         return None
     return decoder_for(model, dtype, compile)
+
+
+def _quantized(model) -> bool:
+    """模型里有 ``torch.ao`` 的量化层吗（``quantize_dynamic_int8`` 的结果）。"""
+    return any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules())
 
 
 def _choose(logits: torch.Tensor, live: list[Row], rules: _Rules, tok) -> list[int]:

@@ -200,6 +200,9 @@ def whole_poem_only(defaults: dict, given: dict, max_new_tokens: int | None) -> 
     whole_poem = max_new_tokens is None or given.get("form") or given.get("acrostic")
     if not whole_poem:
         decoding.update(rhyme=False, tones=False)
+    if given.get("rhyme_group") and given.get("rhyme") is False:   # 明说不押韵，又指定了韵部
+        raise UserError(f"给了韵部 {given['rhyme_group']!r} 又说不押韵（--no-rhyme / "
+                        "rhyme=false）：两者只能取一")
     decoding.update(given)
     if decoding.get("rhyme_group"):
         decoding["rhyme"] = True

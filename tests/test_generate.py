@@ -567,3 +567,18 @@ def test_verse_spec_names_are_its_fields():
     assert not hasattr(gen_module, "VERSE_FIELDS")
     assert VerseSpec.names() == tuple(f.name for f in dataclasses.fields(VerseSpec))
     assert SamplingParams.names() == tuple(f.name for f in dataclasses.fields(SamplingParams))
+
+
+def test_an_int8_model_refuses_bf16_and_compile_in_one_sentence():
+    """R12（G31）：量化过的模型 + precision="bf16" 是一句 UserError，不是 RuntimeError；
+    不给这两项时照常（教学路径）。"""
+    from gptcourse import checkpoint
+    from gptcourse.errors import UserError
+    from gptcourse.generate import generate
+    from gptcourse.quantize import quantize_dynamic_int8
+    model, tok, _ = checkpoint.load()
+    q = quantize_dynamic_int8(model)
+    for kw in ({"precision": "bf16"}, {"compile": True}):
+        with pytest.raises(UserError, match="量化过的"):
+            generate(q, tok, "春", max_new_tokens=4, temperature=0, **kw)
+    assert generate(q, tok, "春", max_new_tokens=4, temperature=0, compile=None).startswith("春")

@@ -225,3 +225,16 @@ def test_release_rhyme_applies_only_to_whole_poems(capsys, tmp_path):
     out = capsys.readouterr().out
     assert out.startswith("春") and 1 < len(out.strip()) <= 17
     one_line_error(capsys, [*args, "--max-new-tokens", "16", "--rhyme"], "不够写完这首诗")
+
+
+def test_rhyme_group_with_no_rhyme_is_a_contradiction(capsys):
+    """R12（G09）：--rhyme-group 阳 --no-rhyme 以前悄悄押阳韵；现在一行错误。"""
+    one_line_error(capsys, ["generate", "--rhyme-group", "阳", "--no-rhyme", "--form", "五绝",
+                            "--seed", "3"], "只能取一")
+
+
+def test_eval_checks_its_seed_before_scoring(capsys, monkeypatch):
+    """R13（G22）：eval --seed -1 在打分之前就拒绝（以前要先打两分钟分）。"""
+    import gptcourse.cli.eval as ce
+    monkeypatch.setattr(ce.checkpoint, "load", lambda *a, **k: pytest.fail("不该开始打分"))
+    one_line_error(capsys, ["eval", "--seed", "-1", "--samples", "1"], "seed")

@@ -8,7 +8,7 @@ from ..acceptance import acceptance_checks, acceptance_table
 from ..data import DOCUMENTS, available_corpora, is_verse, open_corpus
 from ..errors import UserError
 from ..evaluate import LN2, baselines, split_metrics
-from ..generate import sample_poems
+from ..generate import check_seed, sample_poems
 from ..sampling import check_sampling_args
 
 
@@ -39,6 +39,7 @@ def cli_main(args) -> int:
         raise UserError(f"--batch-size 必须 ≥ 1，收到 {args.batch_size}")
     if args.temperature is not None:                           # 先检查参数，再做耗时的打分
         check_sampling_args(temperature=args.temperature)
+    check_seed(args.seed, n)                                   # 不是打完两分钟分才说种子不对
     model, tok, meta = checkpoint.load(args.checkpoint)
     seeds = (release.gate_seeds(meta)[0] if args.seed is None else args.seed, n)
     per_row = model.config.block_size * model.config.vocab_size * 4
