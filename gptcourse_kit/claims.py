@@ -46,11 +46,11 @@ KINDS = ("figure", "behaviour", "fact")
 UNITS = (r"%|％|×|倍|秒|分钟|小时|毫秒|ms\b|s\b|MB|GB|KB|MiB|GiB|KiB|万|亿|个|首|步|次|行|"
          r"字|条|维|层|"
          r"头|词元|token|tok/s|篇|句|轮|组|位|种|张|份|处|道|年|天|周|遍|节课|讲|分\b|倍速")
-_NUM = r"(?<![\w.§\-])\d+(?:[.,]\d+)*"
+_NUM = r"(?<![\w.§\-+−])\d+(?:[.,]\d+)*"
 FIGURE = re.compile(rf"{_NUM}\s*(?:{UNITS})|{_NUM}\s*/\s*\d+|{_NUM}\s*[–~\-]\s*\d+"
                     r"|(?<![\w.])\d+\.\d+")
 NOT_A_FIGURE = re.compile(r"\s*(?:节|章|小节)|\.\s")       # “3.5 节”“第 2 章”是位置，不是结论
-ORDINAL_BEFORE = re.compile(r"(?:练习|第|§|图|表|步骤|题)\s*$")
+ORDINAL_BEFORE = re.compile(r"(?:练习|第|§|图|表|步骤|题)\s*(?:\d+\s*[、,，和与或]\s*)*$")
 BEHAVIOUR = re.compile(r"押韵|不押|重韵|不会|学会了|学不会|更快|更慢|快了|慢了|样本外|"
                        r"从没用过|没用过|"
                        r"从未见过|没见过|做不到|总是|从不|一次也没")
@@ -206,6 +206,8 @@ class Sources:
         from datetime import datetime
         stamps = [c["metadata"]["execution"] for c in self.nb["cells"]
                   if c["cell_type"] == "code" and "execution" in c.get("metadata", {})]
+        if not stamps:
+            raise LookupError(f"{self.notebook} 没有记下执行时间戳；用 num() 读它打印的用时")
         first = datetime.fromisoformat(stamps[0]["iopub.execute_input"].replace("Z", "+00:00"))
         last = datetime.fromisoformat(stamps[-1]["shell.execute_reply"].replace("Z", "+00:00"))
         return (last - first).total_seconds()
@@ -264,7 +266,10 @@ def evaluate(claim: Claim, sources: Sources) -> str | None:
     ns = _namespace(sources)
     expr = claim.check if claim.check is not None else claim.value
     try:
-        got = eval(expr, {"__builtins__": __builtins__}, ns)        # noqa: S307 登记是仓库里的文件
+        for name in set(re.findall(r"[A-Za-z_]\w*", expr)) & set(ns.lazy):
+            ns[name]                                                # 用到的来源先读进来
+        scope = {**ns, "__builtins__": __builtins__}                # 推导式里也看得见这些名字
+        got = eval(expr, scope)                                     # noqa: S307 登记是仓库里的文件
     except Exception as e:                                          # noqa: BLE001 来源变了也要说清楚
         return f"{claim.label}：{expr} 算不出来（{type(e).__name__}: {e}）"
     if claim.check is not None:
