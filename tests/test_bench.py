@@ -172,3 +172,20 @@ def test_markdown_names_the_run_of_each_section():
         assert "合并了几次运行" in text
     r["runs"] = {k: v | {"quiet": r["runs"]["training"]["quiet"]} for k, v in r["runs"].items()}
     assert "合并了几次运行" not in markdown(r)                      # 一次运行：不用逐节说明
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.write_text("{ 坏了", encoding="utf-8"), "读不出来"),
+    (lambda p: p.mkdir(), "是目录"),
+    (lambda p: p.write_text("[]", encoding="utf-8"), "不是一个 JSON 对象"),
+])
+def test_only_with_an_unreadable_previous_out_is_one_line_before_measuring(
+        tmp_path, capsys, monkeypatch, make, message):
+    """R14（B03–B05）：--only 要并进去的上次结果读不出——测量之前一行错误，退出码 2。"""
+    import gptcourse_kit.bench.__main__ as bench_module
+    monkeypatch.setattr(bench_module, "snapshot", lambda: pytest.fail("不该开始测量"))
+    out = tmp_path / "b.json"
+    make(out)
+    assert bench_main.main(["--only", "generation", "--allow-busy", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err

@@ -298,3 +298,18 @@ def test_two_inputs_with_one_name_are_refused(tmp_path, capsys):
                  *(str(tmp_path / d / "01_data_tokenizer.ipynb") for d in "ab")]) == 2
     assert "重名" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("broken", [
+    '{"metadata": {}, "nbformat": 4, "nbformat_minor": 5}',                       # 没有 cells
+    '{"cells": [{"cell_type": "code", "metadata": {}, "outputs": [], "execution_count": null}],'
+    ' "metadata": {}, "nbformat": 4, "nbformat_minor": 4}',                        # 缺 source
+])
+def test_a_malformed_notebook_is_one_line(tmp_path, capsys, broken):
+    """R9（C06、C07）：坏的笔记本交给 student——一行说出是哪个文件，不是 jsonschema 的堆栈。"""
+    from gptcourse_kit.classroom.__main__ import main
+
+    (tmp_path / "01_bad.ipynb").write_text(broken, encoding="utf-8")
+    assert main(["student", "--out", str(tmp_path / "o"), str(tmp_path / "01_bad.ipynb")]) == 2
+    err = capsys.readouterr().err
+    assert "01_bad.ipynb 不是一个完好的笔记本" in err and err.count("\n") == 1, err

@@ -44,15 +44,18 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(tempfile.gettempdir()) / "gptcourse-bench" / "benchmarks.json"
     else:
         out = ROOT / "docs" / "benchmarks.json"
+    try:                                         # 测之前就确认：上次的结果读得出、能写
+        previous = _previous(out) if args.only else {}
+    except ValueError as e:
+        print(f"错误：{e}", file=sys.stderr)
+        return 2
     before = snapshot()
     first = busy_reasons([before], [])
     if first and not args.allow_busy:
         print("机器不安静，不测了：" + "；".join(first)
               + "。先停掉别的重任务（或加 --allow-busy，结果会标上“机器忙”）。", file=sys.stderr)
         return 3
-    results = {}
-    if args.only and out.exists():            # 只跑某几项时，保留 JSON 里其他项上次的结果
-        results = json.loads(out.read_text(encoding="utf-8"))
+    results = previous                        # 只跑某几项时，保留 JSON 里其他项上次的结果
     run = {"date": time.strftime("%Y-%m-%d %H:%M"), "quick": args.quick,
            "machine": machine_info(), "limits": limits(args.quick)}
     results |= run
@@ -77,6 +80,25 @@ def main(argv: list[str] | None = None) -> int:
     out.with_suffix(".md").write_text(markdown(results) + "\n", encoding="utf-8")
     print(f"已写入 {out} 与 {out.with_suffix('.md')}" + ("（标明：机器忙）" if busy else ""))
     return 0
+
+
+def _previous(out: Path) -> dict:
+    """--only 时要并进去的上次结果（没有就是空的）；读不出、不是一个 JSON 对象、--out 或它旁边的
+    .md 是目录 → ValueError，一句话，在测量之前。"""
+    for path in (out, out.with_suffix(".md")):
+        if path.is_dir():
+            raise ValueError(f"--out {path} 是目录：请给一个 .json 文件名")
+    if not out.exists():
+        return {}
+    try:
+        data = json.loads(out.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"上次的结果 {out} 读不出来（{e}），没法并进去：换一个 --out，"
+                         "或先把它移走") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"上次的结果 {out} 不是一个 JSON 对象（是 {type(data).__name__}），"
+                         "没法并进去")
+    return data
 
 
 if __name__ == "__main__":

@@ -27,6 +27,8 @@ from pygments.formatters import HtmlFormatter
 
 from gptcourse.runtime import ROOT
 
+from .student import read_notebook
+
 FONT = Path(str(resources.files("gptcourse") / "fonts" / "GPTCourseCJKSans-Regular.otf"))
 
 TITLE = "从零构建一个会写唐诗的 GPT"
@@ -127,7 +129,7 @@ def _title(nb: nbformat.NotebookNode) -> str:
 
 
 def _short_title(path: Path) -> str:
-    title = _title(nbformat.read(path, as_version=4))
+    title = _title(read_notebook(path))
     return title.split("：")[0]                              # “01 · 数据与分词”
 
 
@@ -200,7 +202,7 @@ def build_site(out: Path, edition: str = "teacher", force: bool = False) -> Path
     exporter = HTMLExporter(template_name="basic")
     cards = []
     for i, path in enumerate(paths):
-        nb = nbformat.read(path, as_version=4)
+        nb = read_notebook(path)
         if edition == "student":
             nb = student_notebook(nb, path.name, keep_outputs=True)
         body, _ = exporter.from_notebook_node(nb)

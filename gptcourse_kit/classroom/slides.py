@@ -36,6 +36,7 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
 
 from .site import ASSETS, KATEX, TITLE, _assets, _page, _short_title, _title, chapters, wide_pre
+from .student import read_notebook
 
 # 版面（CSS 像素；reveal.js 按 1280×720 排版，投影更大时整体放大）
 WIDTH, HEIGHT = 1280, 720
@@ -574,7 +575,7 @@ def edition_notebook(path: Path, edition: str = "student") -> nbformat.NotebookN
 
     if edition not in ("student", "teacher"):
         raise ValueError(f"--edition 只能是 student 或 teacher，收到 {edition!r}")
-    nb = nbformat.read(path, as_version=4)
+    nb = read_notebook(path)
     return student_notebook(nb, Path(path).name, keep_outputs=True) if edition == "student" else nb
 
 
@@ -658,7 +659,7 @@ def handout(out: Path, force: bool = False) -> Path:
              "由教师版笔记本生成。<b>不要发给还在做题的学生。</b></p>"]
     toc = []
     for path in paths:
-        nb = nbformat.read(path, as_version=4)
+        nb = read_notebook(path)
         chapter = html.escape(_short_title(path))
         toc.append(f'<a class="h2" href="#{path.stem}">{chapter}</a>')
         parts.append(f'<h2 id="{path.stem}">{html.escape(_title(nb))}</h2>')

@@ -182,6 +182,18 @@ def student_notebook(nb: nbformat.NotebookNode, name: str = "笔记本",
     return nb
 
 
+def read_notebook(path: Path) -> nbformat.NotebookNode:
+    """读一个笔记本并按 nbformat 的规范检查；坏的（不是 JSON、没有 cells、代码单元格缺 source……）
+    → ValueError，一句话说出是哪个文件、哪里不对（不是 jsonschema 的堆栈）。"""
+    try:
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+    except (nbformat.ValidationError, AttributeError, KeyError, TypeError, ValueError) as e:
+        first = (str(getattr(e, "message", None) or e).strip().splitlines() or ["?"])[0][:160]
+        raise ValueError(f"{Path(path).name} 不是一个完好的笔记本：{first}") from None
+    return nb
+
+
 class OutputError(ValueError):
     """输出目录不合适：会覆盖教师版，或里面已经有同名的文件。"""
 
@@ -220,7 +232,7 @@ def write_student_edition(notebooks: list[Path], out: Path, force: bool = False)
     out.mkdir(parents=True, exist_ok=True)
     written = []
     for path, target in zip(notebooks, targets):
-        nb = nbformat.read(path, as_version=4)
+        nb = read_notebook(path)
         nbformat.write(student_notebook(nb, path.name), target)
         written.append(target)
     return written
@@ -283,7 +295,7 @@ def write_bundle(notebooks: list[Path], out: Path, force: bool = False) -> Path:
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
         z.writestr(f"{BUNDLE}/安装说明.md", INSTALL_NOTE.format(bundle=BUNDLE))
         for path in notebooks:
-            nb = student_notebook(nbformat.read(path, as_version=4), Path(path).name)
+            nb = student_notebook(read_notebook(path), Path(path).name)
             z.writestr(f"{BUNDLE}/notebooks/{Path(path).name}", nbformat.writes(nb))
         for rel in _course_files(ROOT):
             binary = rel.endswith((".pt", ".otf", ".woff2", ".png", ".gz", ".zip"))
