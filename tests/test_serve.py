@@ -6,6 +6,7 @@ import json
 import re
 import select
 import socket
+import struct
 import threading
 import time
 import urllib.error
@@ -426,14 +427,18 @@ def test_full_queue_answers_503(tiny, monkeypatch):
         assert results["a"][0] == results["b"][0] == 200
 
 
-@pytest.mark.parametrize("path", ["/api/generate", "/api/stream"])
-def test_client_disconnect_stops_the_generation(tiny, monkeypatch, path):
+@pytest.mark.parametrize("path, reset", [("/api/generate", True), ("/api/stream", True),
+                                         ("/api/stream", False)])
+def test_client_disconnect_stops_the_generation(tiny, monkeypatch, path, reset):
+    """客户端走了（RST；流式接口上普通的 close 也是：下一次写就失败）→ 生成停下，名额放回。"""
     fake = FakeGeneration(forever=True)
     monkeypatch.setattr(serve, "stream_tokens", fake)
     with running(*tiny, limits=dict(slots=1, queue=1)) as srv:
         s = connect(srv)
         s.sendall(http_post(srv, b"{}").replace(b"/api/generate", path.encode()))
         assert fake.started.wait(10)
+        if reset:                                   # SO_LINGER 0：close 发 RST
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         s.close()                                   # 客户端走了
         assert fake.closed.wait(10)                 # 生成停下，名额放回
         monkeypatch.setattr(serve, "stream_tokens", FakeGeneration())
@@ -606,3 +611,17 @@ def test_slider_ranges_and_values_come_from_the_server(server):
     assert info["zero_ok"] == ["temperature"]
     js = request(server, "/app.js")[1].decode("utf-8")
     assert "info.ranges" in js and "info.zero_ok" in js
+
+
+@pytest.mark.parametrize("path", ["/api/generate", "/api/stream"])
+def test_a_half_closing_client_gets_its_answer(tiny, path):
+    """R11（S07、S08）：发完请求就 shutdown(SHUT_WR)（nc -N 这样做）的客户端照样得到回答。"""
+    with running(*tiny) as srv:
+        s = connect(srv)
+        body = json.dumps({"prompt": "春", "max_new_tokens": 4, "seed": 1}).encode()
+        s.sendall(http_post(srv, body).replace(b"/api/generate", path.encode()))
+        s.shutdown(socket.SHUT_WR)
+        reply = read_until_closed(s)
+        s.close()
+        assert reply.startswith(b"HTTP/1.") and b" 200 " in reply.split(b"\r\n", 1)[0], reply[:200]
+        assert "春".encode() in reply.split(b"\r\n\r\n", 1)[1]

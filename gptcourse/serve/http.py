@@ -113,10 +113,18 @@ class TimedWriter(io.BufferedIOBase):
 
 
 def client_gone(sock: socket.socket) -> bool:
-    """对方是否已经关闭或重置了连接（不读走任何数据，也不等待）。"""
+    """对方是否已经重置了连接（不读走任何数据，也不等待）。
+
+    读到 EOF 不算：``shutdown(SHUT_WR)``（半关闭，``nc -N`` 与一些脚本这样做）只是说"我不再发了"，
+    它还在等回答。真的走了的客户端靠 RST（``ECONNRESET``）、套接字上的错误（``SO_ERROR``）或
+    写回答时的 ``EPIPE`` 认出来——流式接口每写一个字就会发现。"""
     try:
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR):
+            return True
         readable, _, _ = select.select([sock], [], [], 0)
-        return bool(readable) and sock.recv(1, socket.MSG_PEEK) == b""
+        if readable:
+            sock.recv(1, socket.MSG_PEEK)   # 重置的连接在这里抛 ConnectionResetError
+        return False
     except (OSError, ValueError):          # 重置、已关闭
         return True
 
