@@ -439,3 +439,32 @@ def test_an_output_that_is_a_submission_is_refused(tmp_path, capsys):
         err = capsys.readouterr().err
         assert "作业本身" in err and err.count("\n") == 1, err
     assert sub.read_bytes() == before
+
+
+def test_a_copied_or_unlabelled_answer_cell_is_graded_with_a_note(tmp_path):
+    """R1（C27–C29）：复制粘贴出来的同名答案单元格（存根在前、答案在后）评写过的那一个；答案
+    单元格的 nbgrader 元数据被编辑器删掉了，按学生写的定义评——两种都在 notes 里说明。"""
+    import copy
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    nbformat.write(reference_nb(), ref / "01_tiny.ipynb")
+    dup = student_notebook(teacher_nb())
+    answered = copy.deepcopy(dup.cells[2])
+    answered.source, answered.id = SOLVED_PAIRS, "copy"
+    dup.cells.insert(3, answered)
+    stripped = student_notebook(teacher_nb())
+    stripped.cells[4].metadata = {}
+    stripped.cells[4].source = "\n".join([                    # 与教师版不同的写法
+        "def merge_pair(ids, pair, idx):", "    out = []", "    for x in ids:",
+        "        if out and (out[-1], x) == tuple(pair):", "            out[-1] = idx",
+        "        else:", "            out.append(x)", "    return out"])
+    nbformat.write(dup, tmp_path / "2024001_dup.ipynb")
+    nbformat.write(stripped, tmp_path / "2024002_strip.ipynb")
+    subs = [str(tmp_path / f) for f in ("2024001_dup.ipynb", "2024002_strip.ipynb")]
+    assert main(["grade", *subs, "--reference", str(ref), "--json", str(tmp_path / "g.json"),
+                 "--jobs", "1"]) == 0
+    rows = {r["student"]: r for r in json.loads((tmp_path / "g.json").read_text(encoding="utf-8"))}
+    assert _status(rows["2024001"])["count_pairs"] == "正确"
+    assert any("2 个同名的答案单元格" in n for n in rows["2024001"]["notes"])
+    assert _status(rows["2024002"])["merge_pair"] == "正确"
+    assert any("评分信息丢了" in n for n in rows["2024002"]["notes"]), rows["2024002"]["notes"]

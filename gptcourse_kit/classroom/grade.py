@@ -287,17 +287,16 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
     from .student import student_notebook
 
     validate_reference(reference, where)
-    answers: dict[str, str] = {}
-    for c in submission.cells:
-        if _is_solution(c):
-            answers.setdefault(_gid(c), c.get("source", ""))
     committed = _committed(submission)
     base = student_notebook(reference)
+    stubs = {_gid(c): c.source for c in base.cells if _is_solution(c)}
+    answers, notes = _answers(submission, stubs)
     extra: dict[str | None, list[str]] = {}
     for after, source in _student_cells(submission, base, reference):
         extra.setdefault(after if after in answers else None, []).append(source)
+    _adopt_unlabelled(answers, stubs, extra, notes)
     checks = {GRADE_ID.match(_gid(c)).group(2): c for c in base.cells if _is_check(c)}
-    cells, notes, dropped_extra = [], [], 0
+    cells, dropped_extra = [], 0
 
     def add_extra(key) -> None:
         nonlocal dropped_extra
@@ -349,6 +348,43 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
         order.index(e) if e in order else len(order), checked.index(e)))
     return {"chapter": chapter, "cell_timeout": cell_timeout, "cells": cells,
             "exercises": exercises, "order": checked}, notes
+
+
+def _answers(submission: nbformat.NotebookNode,
+             stubs: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+    """每道题的答案单元格 → ({grade_id: 源代码}, 说明)。复制出来的同名单元格（Jupyter 复制粘贴
+    会连 grade_id 一起复制）：像 Restart & Run All 那样，评最后一个改过的（没改过就是最后一个）。"""
+    copies: dict[str, list[str]] = {}
+    for c in submission.cells:
+        if _is_solution(c):
+            copies.setdefault(_gid(c), []).append(c.get("source", ""))
+    answers, notes = {}, []
+    for g, sources in copies.items():
+        written = [k for k, src in enumerate(sources) if src != stubs.get(g)]
+        k = written[-1] if written else len(sources) - 1
+        answers[g] = sources[k]
+        if len(sources) > 1:
+            notes.append(f"练习 {g.split('-', 1)[-1]}：作业里有 {len(sources)} 个同名的答案单元格，"
+                         f"评的是第 {k + 1} 个（最后一个写过的）")
+    return answers, notes
+
+
+def _adopt_unlabelled(answers: dict[str, str], stubs: dict[str, str],
+                      extra: dict[str | None, list[str]], notes: list[str]) -> None:
+    """答案单元格的 nbgrader 信息丢了（有的编辑器会删掉不认识的元数据）：作业里没有这道题的
+    答案单元格，而学生自己的某个单元格定义了存根里的全部名字 → 按那个单元格评分，并说明。"""
+    for g, stub in stubs.items():
+        wanted = set(sanitize(stub)[1])
+        if g in answers or not wanted:
+            continue
+        for sources in extra.values():
+            match = [src for src in sources if wanted <= set(sanitize(src)[1])]
+            if match:
+                answers[g] = match[-1]
+                sources.remove(match[-1])
+                notes.append(f"练习 {g.split('-', 1)[-1]}：答案单元格的评分信息丢了，按你写的 "
+                             f"{'、'.join(sorted(wanted))} 评分")
+                break
 
 
 # ---------------------------------------------------------------- 在沙箱里判
