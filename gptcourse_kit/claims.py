@@ -18,7 +18,8 @@
 （docs/benchmarks.json）、``trials``（docs/recipe_trials.json）、``rhyme``（docs/rhyme_study.json）、
 ``out(id)``（同一笔记本里某个代码单元格提交的输出文字）、``code(id)``（它的源码）、
 ``num(id, 正则)``（输出里的一个数）、``runtime()``（提交的完整模式运行用了多少秒）、
-``exercises``（本章练习的 grade id）、``gc``、``math``。
+``exercises``（本章练习的 grade id）、``src(对象或模块名)``（包里的源码：句子说代码怎么写）、
+``gc``、``math``、``re``、``torch``、``inspect``。
 
 命令行：``python -m gptcourse_kit.claims [笔记本…]`` 列出没登记的句子与不成立的登记；
 ``--todo`` 把没登记的句子写成待填的 TOML 草稿。
@@ -26,6 +27,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
 import math
 import re
@@ -35,6 +38,7 @@ from functools import cached_property
 from pathlib import Path
 
 import tomllib
+import torch
 
 from gptcourse.runtime import ROOT
 
@@ -45,7 +49,7 @@ KINDS = ("figure", "behaviour", "fact")
 # ---------------------------------------------------------------- 哪些句子要登记
 UNITS = (r"%|％|×|倍|秒|分钟|小时|毫秒|ms\b|s\b|MB|GB|KB|MiB|GiB|KiB|万|亿|个|首|步|次|行|"
          r"字|条|维|层|"
-         r"头|词元|token|tok/s|篇|句|轮|组|位|种|张|份|处|道|年|天|周|遍|节课|讲|分\b|倍速")
+         r"头|词元|token|tok/s|篇|句|轮|组|位|种|张|份|处|道|年|天|周|遍|节课|分\b|倍速")
 _NUM = r"(?<![\w.§\-+−])\d+(?:[.,]\d+)*"
 FIGURE = re.compile(rf"{_NUM}\s*(?:{UNITS})|{_NUM}\s*/\s*\d+|{_NUM}\s*[–~\-]\s*\d+"
                     r"|(?<![\w.])\d+\.\d+")
@@ -175,7 +179,7 @@ class Sources:
         return checkpoint.load_raw(self.root / "data" / "checkpoints" / "course.pt")
 
     def out(self, cell_id: str) -> str:
-        """代码单元格提交的输出文字（stdout、stderr 与 text/plain）。"""
+        """代码单元格提交的输出文字（stdout、stderr，显示的 text/markdown 或 text/plain）。"""
         cell = self.cells.get(cell_id)
         if cell is None or cell["cell_type"] != "code":
             raise KeyError(f"{self.notebook} 里没有 id 为 {cell_id} 的代码单元格")
@@ -183,8 +187,11 @@ class Sources:
         for o in cell.get("outputs", []):
             if o["output_type"] == "stream":
                 parts.append("".join(o["text"]))
-            elif "data" in o and "text/plain" in o["data"]:
-                parts.append("".join(o["data"]["text/plain"]))
+            elif "data" in o:                      # display(Markdown(...)) 打印的句子也算
+                for kind in ("text/markdown", "text/plain"):
+                    if kind in o["data"]:
+                        parts.append("".join(o["data"][kind]))
+                        break
         return "".join(parts)
 
     def code(self, cell_id: str) -> str:
@@ -225,8 +232,16 @@ class Sources:
                 "trials": lambda: self._json("recipe_trials.json"),
                 "rhyme": lambda: self._json("rhyme_study.json")}
         ns = {"out": self.out, "code": self.code, "num": self.num, "runtime": self.runtime,
-              "gc": gc, "math": math, "exercises": self.exercises}
+              "src": source_of, "gc": gc, "math": math, "re": re, "torch": torch,
+              "inspect": inspect, "exercises": self.exercises}
         return _Lazy(ns, lazy, self.overrides)
+
+
+def source_of(obj) -> str:
+    """对象（或 ``"gptcourse.cli.train"`` 这样的模块名）的源码。"""
+    if isinstance(obj, str):
+        obj = importlib.import_module(obj)
+    return inspect.getsource(obj)
 
 
 class _Lazy(dict):
