@@ -76,8 +76,9 @@ def _lines(poem: str) -> list[str]:
 def _near_pairs(poems: list[str]) -> list[tuple[int, int]]:
     """所有近似重复的诗对 (i, j)，i < j。
 
-    两句“相同”：归一异体字之后至多差一个字（同长）。两首诗近似重复：较短那首至少一半的句子
-    在另一首里有“相同”的句子。用“挖掉一个字”的句子作索引键，整个语料一秒左右。
+    两句“相同”：归一异体字之后至多差一个字（同长）。两首诗 i < j 近似重复：i 的句子里，在 j 中
+    有“相同”句子的句数 n 满足 2n ≥ 两首中较短那首的句数。用“挖掉一个字”的句子作索引键，整个
+    语料一秒左右。
     """
     lines = [_lines(p) for p in poems]
     index: dict[str, set[int]] = {}
