@@ -759,3 +759,28 @@ def test_a_standin_argument_says_which_exercise_to_finish(passes):
     standin = gc.check.mine(None, GPT, "练习 13")(nb02._CFGS[0])
     ok, out = passes(nb02.leaky_model, _leaky, standin)
     assert not ok and "先完成练习 13" in out
+
+
+class _HalfResidual(Block):
+    def forward(self, x, rope=None):
+        x = x + 0.5 * self.attn(self.norm1(x), rope)
+        return x + self.mlp(self.norm2(x))
+
+
+def _rotate_twice(x, c, s):
+    return gc.rope.apply_rope(gc.rope.apply_rope(x, c, s), c, s)
+
+
+@pytest.mark.parametrize("checker, wrong, answer", [
+    ("gpt_block", _HalfResidual, "x = x + attn(norm1(x), rope)"),
+    ("attention_module", type("Doubled", (_MyAttention,), {
+        "forward": lambda self, x, rope=None: 2 * _MyAttention.forward(self, x, rope)}),
+     "attention(q, k, v, self.mask[:T, :T]) → merge_heads → proj"),
+    ("rope_rotate", _rotate_twice, "x1, x2 = x.chunk(2, dim=-1)"),
+    ("rmsnorm", type("Off", (_MyRMSNorm,), {
+        "forward": lambda self, x: 1.01 * _MyRMSNorm.forward(self, x)}), "· γ，均值沿最后一维"),
+])
+def test_catch_all_hints_ask_instead_of_giving_the_line(passes, checker, wrong, answer):
+    """审阅 01–02 F14（检查器部分）：认不出是哪种错误时，提示问一个问题，不把答案那一行印出来。"""
+    ok, out = passes(getattr(nb02, checker), wrong)
+    assert not ok and "？" in out and answer not in out, out

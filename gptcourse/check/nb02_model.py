@@ -172,7 +172,8 @@ def gpt_block(block_cls) -> bool:
         with torch.no_grad():
             want, got = ref(x, rope), _got(mine, x, rope, where="block(x, rope) ")
             _match(got, want, f"{cfg.norm} / {cfg.mlp} 设计下输出与 gc.model.Block 不一致："
-                   "顺序应为 x = x + attn(norm1(x), rope)，再 x = x + mlp(norm2(x))",
+                   "每个子层读到的是归一化之前还是之后的 x？它的输出替换了 x，还是加回 x？"
+                   "两个子层各用哪一个归一化？",
                    _block_variants, ref, x, rope)
     return _ok()
 

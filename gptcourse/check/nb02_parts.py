@@ -46,8 +46,8 @@ def rope_rotate(fn) -> bool:
     _match(out, apply_rope(x, cos, sin),
            "旋转必须保持每个向量的长度不变：检查 cos、sin 有没有用对地方"
            if not torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-4) else
-           "数值与 gc.rope.apply_rope 不一致：x1, x2 = x.chunk(2, dim=-1)，"
-           "y1, y2 = rope_pair(x1, x2, cos, sin)，再 cat 回去", _rotate_variants, x, cos, sin)
+           "数值与 gc.rope.apply_rope 不一致：rotate-half 里第 i 维和第几维是一对？"
+           "两半各自转完，按什么顺序拼回去？", _rotate_variants, x, cos, sin)
     return _ok()
 
 
@@ -73,8 +73,8 @@ def rmsnorm(cls) -> bool:
         x = torch.randn(3, 5, 16, generator=g) * 2 + 0.5
         with torch.no_grad():
             want, got = ref(x), _got(mine, x, where="norm(x) ")
-        _match(got, want, f"eps = {eps} 时数值与 gc.model.RMSNorm 不一致："
-               "x / sqrt(mean(x²) + eps) · γ，均值沿最后一维，keepdim=True",
+        _match(got, want, f"eps = {eps} 时数值与 gc.model.RMSNorm 不一致：均方根沿哪一维算"
+               "（keepdim 了吗）？eps 加在哪里？γ 乘上了吗？",
                _rms_variants, x, want, ref.weight.detach(), eps)
     return _ok()
 
@@ -153,8 +153,8 @@ def attention_module(cls) -> bool:
                         "要切成 self.mask[:T, :T]）") if "size" in err else ""
                 return _fail(f"attn(x, rope) {err}{hint}")
             _match(got, want, f"{cfg.pos} 设计下输出与 gc.model.CausalSelfAttention 不一致："
-                   "qkv → split_heads →（RoPE 时 rotate Q、K）→ "
-                   "attention(q, k, v, self.mask[:T, :T]) → merge_heads → proj",
+                   "qkv 之后怎样拆成几个头？RoPE 转哪几个？attention 用掩码的哪一块？"
+                   "各头合并之后还差哪一层？",
                    _attention_variants, ref, x, rope)
             _reads_its_mask(mine, ref, x, rope)
     return _ok()
