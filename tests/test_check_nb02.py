@@ -784,3 +784,23 @@ def test_catch_all_hints_ask_instead_of_giving_the_line(passes, checker, wrong, 
     """审阅 01–02 F14（检查器部分）：认不出是哪种错误时，提示问一个问题，不把答案那一行印出来。"""
     ok, out = passes(getattr(nb02, checker), wrong)
     assert not ok and "？" in out and answer not in out, out
+
+
+def test_the_teacher_classes_pass_the_stricter_checkers(passes):
+    """教师版答案单元格里的类（练习 8–14）按笔记本的顺序执行，在换掩码、查 buffer、反向传播、
+    换输出头这些新检查下仍然“正确 ✓”。"""
+    from gptcourse.check._common import solution_cells
+
+    def rope_tables(T, D, base=10000.0):                      # 笔记本里给定的（c61）
+        ang = gc.rope.rope_angles(D, T, base)
+        return ang.cos(), ang.sin()
+
+    ns = {"torch": torch, "nn": nn, "F": F, "math": math, "gc": gc,
+          "make_norm": gc.model.make_norm, "rope_tables": rope_tables}
+    for key, src in solution_cells().items():
+        if key.startswith("nb02."):
+            exec(compile(src, key, "exec"), ns)                       # noqa: S102
+    for name, arg in (("mlp", "MLP"), ("rmsnorm", "RMSNorm"), ("attention_module",
+                      "CausalSelfAttention"), ("gpt_block", "Block"), ("gpt_model", "GPT")):
+        assert passes(getattr(nb02, name), ns[arg])[0], name
+    assert passes(nb02.leaky_model, ns["make_leaky"], ns["GPT"](nb02._CFGS[0]).eval())[0]
