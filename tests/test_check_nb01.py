@@ -246,3 +246,73 @@ def test_split_by_poem_failure_is_short(passes, capsys):
 
     ok, out = passes(gc.check.nb01.split_by_poem, wrong_threshold)
     assert not ok and "应在 train" in out and len(out) < 200
+
+
+# -------------------------------------------------- 审阅 2026-12-04（01–02）里漏过的错误答案
+def _split_with(train_if, val_if):
+    """按哈希桶划分，但边界由 ``train_if(h)`` / ``val_if(h)`` 决定（差一错误）。"""
+    def split(text):
+        parts = {"train": "", "val": "", "test": ""}
+        for p in filter(str.strip, text.split("\n")):
+            h = int(hashlib.sha256(p.encode("utf-8")).hexdigest()[:8], 16) % 100
+            parts["train" if train_if(h) else ("val" if val_if(h) else "test")] += p + "\n"
+        return parts
+    return split
+
+
+def test_boundary_poems_sit_in_the_buckets_they_claim():
+    for poem, bucket in nb01._BOUNDARY.items():
+        assert int(hashlib.sha256(poem.encode("utf-8")).hexdigest()[:8], 16) % 100 == bucket
+
+
+@pytest.mark.parametrize("wrong, bucket", [
+    (_split_with(lambda h: h <= 90, lambda h: h < 95), 90),           # 桶 90 进了训练集
+    (_split_with(lambda h: h < 90, lambda h: h <= 95), 95),           # 桶 95 进了验证集
+    (_split_with(lambda h: h < 90, lambda h: h < 94), 94),            # “90~94” 读成 90 ≤ h < 94
+    (_split_with(lambda h: h < 89, lambda h: h < 95), 89),
+])
+def test_split_by_poem_rejects_off_by_one_bucket_boundaries(passes, wrong, bucket):
+    """审阅 01–02 F4。"""
+    ok, out = passes(gc.check.nb01.split_by_poem, wrong)
+    assert not ok and f"h = {bucket}" in out and "90 ≤ h < 95" in out
+
+
+def test_split_by_poem_names_dropped_duplicates(passes):
+    """审阅 01–02 F15：去掉了重复的诗，提示不该说“顺序或换行不对”。"""
+    right = _split_with(lambda h: h < 90, lambda h: h < 95)
+
+    def dedup(text):
+        return right("\n".join(dict.fromkeys(text.split("\n"))))
+
+    ok, out = passes(gc.check.nb01.split_by_poem, dedup)
+    assert not ok and "重复的诗被你去掉了" in out and "顺序" not in out
+
+
+def _merge_by_text(ids, pair, idx):                   # 把 id 拼成文本再 str.replace
+    text = "," + ",".join(map(str, ids)) + ","
+    text = text.replace(f"{pair[0]},{pair[1]}", str(idx))
+    return [int(t) for t in text.strip(",").split(",") if t]
+
+
+def test_merge_pair_rejects_a_str_replace_merge_that_breaks_at_digit_boundaries(passes):
+    """审阅 01–02 F7：[12, 3] 按 (2, 3) 合并成 [1300]。"""
+    assert _merge_by_text([97, 97, 98], (97, 98), 256) == [97, 256]     # 三位数的字节上它是对的
+    ok, out = passes(gc.check.nb01.merge_pair, _merge_by_text)
+    assert not ok and ("[12, 3]" in out or "[256, 97]" in out)
+
+
+def test_bpe_train_rejects_identical_chunks_counted_once(passes):
+    """审阅 01–02 F6：相同的块只留一份，却没有按出现次数加权。"""
+    ok, out = passes(gc.check.nb01.bpe_train, nb01_bpe._unweighted)
+    assert not ok and "加权" in out
+
+
+@pytest.mark.parametrize("wrong, hint", [
+    (nb01_bpe._encoder(lambda ps, st, m: min(ps)), "不是 id 对本身的数值大小"),
+    (nb01_bpe._encoder(lambda ps, st, m: max(ps, key=m.get)), "最后学到的"),
+    (nb01_bpe._encoder(lambda ps, st, m: min(ps, key=m.get), once=True), "只合并了一次"),
+])
+def test_bpe_encode_names_the_actual_wrong_choice(passes, wrong, hint):
+    """审阅 01–02 F15：选错对或只合并一次，提示不该说“而不是出现最多的那一对”。"""
+    ok, out = passes(gc.check.nb01.bpe_encode, wrong)
+    assert not ok and hint in out and "出现最多" not in out

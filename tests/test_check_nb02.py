@@ -633,3 +633,174 @@ def test_gpt_model_sees_the_rope_base_and_a_missing_rope(passes):
     ok, out = passes(nb02.gpt_model, NoRope)
     assert not ok and "角度表" in out
     assert passes(nb02.gpt_model, MyGPT)[0]
+
+
+# -------------------------------------------------- 审阅 2026-12-04（01–02）里漏过的错误答案
+def _and_own_tril(q, k, v, mask):
+    """把传进来的 mask 和自己造的下三角相与：在因果掩码的子集上恰好对。"""
+    T, S = q.shape[-2], k.shape[-2]
+    return _scaled_attention(q, k, v, mask & torch.ones(T, S, dtype=torch.bool).tril())
+
+
+def test_scaled_attention_rejects_an_attention_that_ands_the_mask_with_its_own_tril(passes):
+    """审阅 01–02 F2 第 1 条：检查器的掩码之一看得见未来（不是因果掩码的子集）。"""
+    assert not nb02.other_masks(6)[-1][0].tril().equal(nb02.other_masks(6)[-1][0])
+    ok, out = passes(nb02.scaled_attention, _and_own_tril)
+    assert not ok and "合在了一起" in out and "练习 14" in out
+
+
+def _attention_with(attend):
+    """练习 11 的模块，注意力那一步换成 ``attend(self, q, k, v, T)``。"""
+    def forward(self, x, rope=None):
+        B, T, C = x.shape
+        q, k, v = (nb02.solution_split_heads(t, self.n_head) for t in self.qkv(x).split(C, -1))
+        if rope is not None:
+            q, k = gc.rope.apply_rope(q, *rope), gc.rope.apply_rope(k, *rope)
+        return self.proj(merge_heads(attend(self, q, k, v, T)))
+    return type("CausalSelfAttention", (_Attn,), {"forward": forward})
+
+
+@pytest.mark.parametrize("attend", [
+    lambda self, q, k, v, T: _scaled_attention(q, k, v, gc.model.causal_mask(T)),   # 新造的掩码
+    lambda self, q, k, v, T: F.scaled_dot_product_attention(q, k, v, is_causal=True),
+], ids=["fresh_causal_mask", "sdpa_is_causal"])
+def test_attention_module_rejects_a_forward_that_never_reads_self_mask(passes, attend):
+    """审阅 01–02 F2 第 2、3 条：数值对，但练习 14 改了 self.mask 也不会泄漏。"""
+    ok, out = passes(nb02.attention_module, _attention_with(attend))
+    assert not ok and "没有用 self.mask" in out and "练习 14" in out
+
+
+def test_attention_module_rejects_a_mask_anded_with_another_tril(passes):
+    attend = _attention_with(lambda self, q, k, v, T: _and_own_tril(q, k, v, self.mask[:T, :T]))
+    ok, out = passes(nb02.attention_module, attend)
+    assert not ok and "合在了一起" in out
+
+
+class _SavedMask(_MyAttention):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        self.register_buffer("mask", self.mask.clone())             # 忘了 persistent=False
+
+
+class _PlainMask(_MyAttention):
+    def __init__(self, cfg):
+        super().__init__(cfg)
+        mask = self.mask
+        del self.mask
+        self.mask = mask                                             # 普通属性：不跟着 .to()
+
+
+@pytest.mark.parametrize("cls, hint", [(_SavedMask, "persistent=False"),
+                                       (_PlainMask, "不是普通的张量属性")])
+def test_attention_module_rejects_a_mask_that_is_saved_or_not_a_buffer(passes, cls, hint):
+    """审阅 01–02 F8：存进 state_dict 的掩码让 6.1 的严格加载报错；普通属性不跟着 .to(device)。"""
+    ok, out = passes(nb02.attention_module, cls)
+    assert not ok and hint in out and "WithAttribute" in out
+
+
+def test_gpt_model_rejects_a_saved_mask(passes):
+    """审阅 01–02 F8：练习 13 也是。"""
+    class SavedBlock(Block):
+        def __init__(self, cfg):
+            super().__init__(cfg)
+            self.attn = _SavedMask(cfg)
+
+    class SavedMaskGPT(MyGPT):
+        block = SavedBlock
+
+    ok, out = passes(nb02.gpt_model, SavedMaskGPT)
+    assert not ok and "persistent=False" in out
+
+
+class _DetachedHead(MyGPT):
+    def forward(self, idx):
+        x, rope = self.embed(idx)
+        for b in self.blocks:
+            x = b(x, rope)
+        return self.norm_f(x) @ self.tok_emb.weight.detach().T
+
+
+class _BypassesHead(MyGPT):
+    def forward(self, idx):
+        x, rope = self.embed(idx)
+        for b in self.blocks:
+            x = b(x, rope)
+        return self.norm_f(x) @ self.tok_emb.weight.T
+
+
+@pytest.mark.parametrize("cls, hint", [(_DetachedHead, "梯度"), (_BypassesHead, "绕过了")])
+def test_gpt_model_rejects_a_head_that_is_detached_or_bypasses_lm_head(passes, cls, hint):
+    """审阅 01–02 F9：logits 的数值相同，但梯度不回词嵌入，或输出头换成不共享的也不变。"""
+    ok, out = passes(nb02.gpt_model, cls)
+    assert not ok and hint in out and "lm_head" in out
+
+
+def test_rope_pair_accepts_a_list(passes, teacher):
+    """审阅 01–02 F10：返回 [y1, y2] 也是对的（rotate 里 y1, y2 = rope_pair(...) 照样能用）。"""
+    right = teacher("nb02.rope_pair")
+    assert passes(nb02.rope_pair, lambda *a: list(right(*a)))[0]
+
+
+def test_rmsnorm_names_a_hard_coded_eps(passes):
+    """审阅 01–02 F15：eps 写死成 1e-5 时提示不该说“eps 要加在开方之前”。"""
+    def hard_coded(self, x):
+        return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * self.weight
+
+    def no_eps(self, x):
+        return x / x.pow(2).mean(-1, keepdim=True).sqrt() * self.weight
+
+    for fn, hint in ((hard_coded, "没有用 self.eps"), (no_eps, "没有用 self.eps")):
+        ok, out = passes(nb02.rmsnorm, type("Wrong", (_MyRMSNorm,), {"forward": fn}))
+        assert not ok and hint in out and "**" not in out and "之前" not in out, out
+
+
+def test_a_standin_argument_says_which_exercise_to_finish(passes):
+    """审阅 01–02 F15：练习 13 没写完时，练习 14 的检查要说“先完成练习 13”。"""
+    standin = gc.check.mine(None, GPT, "练习 13")(nb02._CFGS[0])
+    ok, out = passes(nb02.leaky_model, _leaky, standin)
+    assert not ok and "先完成练习 13" in out
+
+
+class _HalfResidual(Block):
+    def forward(self, x, rope=None):
+        x = x + 0.5 * self.attn(self.norm1(x), rope)
+        return x + self.mlp(self.norm2(x))
+
+
+def _rotate_twice(x, c, s):
+    return gc.rope.apply_rope(gc.rope.apply_rope(x, c, s), c, s)
+
+
+@pytest.mark.parametrize("checker, wrong, answer", [
+    ("gpt_block", _HalfResidual, "x = x + attn(norm1(x), rope)"),
+    ("attention_module", type("Doubled", (_MyAttention,), {
+        "forward": lambda self, x, rope=None: 2 * _MyAttention.forward(self, x, rope)}),
+     "attention(q, k, v, self.mask[:T, :T]) → merge_heads → proj"),
+    ("rope_rotate", _rotate_twice, "x1, x2 = x.chunk(2, dim=-1)"),
+    ("rmsnorm", type("Off", (_MyRMSNorm,), {
+        "forward": lambda self, x: 1.01 * _MyRMSNorm.forward(self, x)}), "· γ，均值沿最后一维"),
+])
+def test_catch_all_hints_ask_instead_of_giving_the_line(passes, checker, wrong, answer):
+    """审阅 01–02 F14（检查器部分）：认不出是哪种错误时，提示问一个问题，不把答案那一行印出来。"""
+    ok, out = passes(getattr(nb02, checker), wrong)
+    assert not ok and "？" in out and answer not in out, out
+
+
+def test_the_teacher_classes_pass_the_stricter_checkers(passes):
+    """教师版答案单元格里的类（练习 8–14）按笔记本的顺序执行，在换掩码、查 buffer、反向传播、
+    换输出头这些新检查下仍然“正确 ✓”。"""
+    from gptcourse.check._common import solution_cells
+
+    def rope_tables(T, D, base=10000.0):                      # 笔记本里给定的（c61）
+        ang = gc.rope.rope_angles(D, T, base)
+        return ang.cos(), ang.sin()
+
+    ns = {"torch": torch, "nn": nn, "F": F, "math": math, "gc": gc,
+          "make_norm": gc.model.make_norm, "rope_tables": rope_tables}
+    for key, src in solution_cells().items():
+        if key.startswith("nb02."):
+            exec(compile(src, key, "exec"), ns)                       # noqa: S102
+    for name, arg in (("mlp", "MLP"), ("rmsnorm", "RMSNorm"), ("attention_module",
+                      "CausalSelfAttention"), ("gpt_block", "Block"), ("gpt_model", "GPT")):
+        assert passes(getattr(nb02, name), ns[arg])[0], name
+    assert passes(nb02.leaky_model, ns["make_leaky"], ns["GPT"](nb02._CFGS[0]).eval())[0]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -470,3 +471,96 @@ def test_aux_loss_mistakes(passes, capsys):
     for hint, fn in mistakes.items():
         ok, out = passes(nb03.aux_loss, fn)
         assert not ok and hint in out, (hint, out)
+
+
+# -------------------------------------------------- 审阅 2026-12-04（03–05）里漏过的错误答案
+def _masked_ce(logits, targets):
+    keep = targets >= 0
+    return F.cross_entropy(logits[keep], targets[keep]) if keep.any() else logits.sum() * 0
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (lambda h, x, t: _masked_ce(h(x.detach()), t), "隐藏状态"),              # 主干收不到梯度
+    (lambda h, x, t: _masked_ce(h(x).detach().requires_grad_(), t), "都没有梯度"),
+    (lambda h, x, t: torch.tensor(_masked_ce(h(x), t).item(), requires_grad=True), "都没有梯度"),
+], ids=["hidden_detached", "logits_detached", "rewrapped_item"])
+def test_aux_loss_rejects_a_loss_that_sends_no_gradient_to_the_trunk_or_head(passes, fn, hint):
+    """审阅 03–05 F3：值都对，但 backward 之后 hidden.grad / head.weight.grad 与包里的不同。"""
+    ok, out = passes(nb03.aux_loss, fn)
+    assert not ok and hint in out, out
+
+
+def test_titled_step_rejects_a_hard_coded_clip_and_names_eval_mode(passes, teacher):
+    """审阅 03–05 F6 第 2 条（裁剪写死成 1.0）与 F14（步里 model.eval() 得到的提示不对）。"""
+    step_ = teacher("nb03.titled_step", lr_schedule=lr_at)
+
+    def clip_one(model, opt, ids, targets, cfg, step):
+        return step_(model, opt, ids, targets, replace(cfg, grad_clip=1.0), step)
+
+    def in_eval(model, opt, ids, targets, cfg, step):
+        model.eval()
+        return step_(model, opt, ids, targets, cfg, step)
+
+    ok, out = passes(nb03.titled_step, clip_one)
+    assert not ok and "写死成了 1.0" in out
+    ok, out = passes(nb03.titled_step, in_eval)
+    assert not ok and "model.eval()" in out and "batch_generator" not in out
+
+
+def test_early_stopping_rejects_patience_reset_by_the_previous_evaluation(passes):
+    """审阅 03–05 F6 第 3 条：[5.0, 5.3, 5.2, 5.4]、patience 2 应得 (25, 75)，不是 (25, 100)。"""
+    ok, out = passes(nb03.early_stopping, nb03._vs_previous)
+    assert not ok and "(25, 75)" in out and "最好的值" in out
+
+
+def _accumulate_then(after):
+    def accumulate(model, micro):
+        for x, y in micro:
+            (model(x, y)[1] / len(micro)).backward()
+        after(model)
+    return accumulate
+
+
+def _sgd(model):
+    with torch.no_grad():
+        for p in model.parameters():
+            p -= 0.1 * p.grad
+
+
+def _zero_first(model, micro):
+    model.zero_grad()
+    _accumulate_then(lambda m: None)(model, micro)
+
+
+@pytest.mark.parametrize("fn, hint", [
+    (_zero_first, "不要 zero_grad()"),
+    (_accumulate_then(_sgd), "不要 optimizer.step()"),
+    (_accumulate_then(lambda m: torch.optim.SGD(m.parameters(), lr=0.1).step()),
+     "不要 optimizer.step()"),
+], ids=["zero_grad_first", "hand_sgd", "optim_sgd_step"])
+def test_accumulate_grads_rejects_clearing_or_stepping(passes, fn, hint):
+    """审阅 03–05 F6 第 4、5 条：梯度事先有值（不许清），权重不许变（不许 step）。"""
+    assert passes(nb03.accumulate_grads, _accumulate_then(lambda m: None))[0]
+    ok, out = passes(nb03.accumulate_grads, fn)
+    assert not ok and hint in out, out
+
+
+def test_rhyme_targets_rejects_each_foot_labelled_with_its_own_group(passes):
+    """审阅 03–05 F6 第 1 条：多音字的韵脚（洮）要记整首诗的韵部，不是它自己的第一个平声韵部。"""
+    def own_group(ids, tok):
+        out = _learner_rhyme_targets(ids, tok)
+        for i in (out >= 0).nonzero().flatten().tolist():
+            out[i] = gc.objectives.PING_GROUPS.index(gc.verse.ping_groups(tok.itos[int(ids[i])])[0])
+        return out
+
+    ok, out = passes(nb03.rhyme_targets, own_group)
+    assert not ok and "多音字" in out
+
+
+def test_rhyme_targets_one_early_names_both_causes(passes):
+    """审阅 03–05 F14：漏了开头的换行，与“放在韵脚前一位”得到同样的标签：提示两种都说。"""
+    def no_leading_newline(ids, tok):
+        return torch.cat([_learner_rhyme_targets(ids[1:], tok), torch.tensor([-1])])
+
+    ok, out = passes(nb03.rhyme_targets, no_leading_newline)
+    assert not ok and "开头的换行" in out

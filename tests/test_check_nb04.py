@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -270,3 +272,57 @@ def test_bootstrap_solution_is_the_packages_interval_for_a_mean():
     for seed in (0, 3):
         ours = nb04.solution_bootstrap_interval(values, lambda xs: float(np.mean(xs)), 500, seed)
         assert np.allclose(ours, package(values, n_boot=500, seed=seed), rtol=0, atol=1e-12)
+
+
+# -------------------------------------------------- 审阅 2026-12-04（03–05）里漏过的错误答案
+def _percentile(items, stat, reps, rng, m=None, shape=None):
+    n = len(items)
+    idx = rng.integers(0, n, shape or (reps, m or n))
+    return tuple(np.percentile([stat([items[j] for j in row]) for row in idx], [2.5, 97.5]))
+
+
+def test_bootstrap_interval_rejects_an_unseeded_rng(passes):
+    """审阅 03–05 F6 第 6 条：default_rng() 不带种子，两次调用结果不同。"""
+    def unseeded(items, stat, reps=1000, seed=0):
+        return _percentile(items, stat, reps, np.random.default_rng())
+
+    ok, out = passes(gc.check.nb04.bootstrap_interval, unseeded)
+    assert not ok and "default_rng(seed)" in out
+
+
+@pytest.mark.parametrize("kw, hint", [
+    ({"m": "n-1"}, "n − 1"),                                   # 审阅 03–05 F6 第 7 条
+    ({"shape": "n,reps"}, "形状反了"),                          # 审阅 03–05 F14
+], ids=["one_short", "index_shape_transposed"])
+def test_bootstrap_interval_names_how_many_items_each_round_draws(passes, kw, hint):
+    def wrong(items, stat, reps=1000, seed=0):
+        n = len(items)
+        return _percentile(items, stat, reps, np.random.default_rng(seed),
+                           m=n - 1 if "m" in kw else None,
+                           shape=(n, reps) if "shape" in kw else None)
+
+    ok, out = passes(gc.check.nb04.bootstrap_interval, wrong)
+    assert not ok and hint in out, out
+
+
+def test_bootstrap_interval_names_the_basic_interval(passes):
+    """审阅 03–05 F14：反射的“基本”区间不该被说成正态近似。"""
+    def basic(items, stat, reps=1000, seed=0):
+        lo, hi = _percentile(items, stat, reps, np.random.default_rng(seed))
+        theta = stat(items)
+        return 2 * theta - hi, 2 * theta - lo
+
+    ok, out = passes(gc.check.nb04.bootstrap_interval, basic)
+    assert not ok and "基本" in out and "正态近似" not in out
+
+
+def test_rhyme_check_rejects_a_foot_taken_from_the_trailing_newline(passes):
+    """审阅 03–05 F6 第 8 条：按 。？！ 切开、取每段最后一个字，末尾的换行成了“韵脚”。"""
+    def last_chars(poem):
+        pieces = [x for x in re.split("[。？！]", poem) if x]
+        feet = [x[-1] for x in pieces]
+        groups = [set(gc.verse.ping_groups(c)) for c in feet]
+        return bool(groups) and bool(set.intersection(*groups))
+
+    ok, out = passes(gc.check.nb04.rhyme_check, last_chars)
+    assert not ok and "末尾带换行" in out and "strip" in out

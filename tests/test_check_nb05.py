@@ -313,3 +313,21 @@ def test_decode_loop_rejects_the_temperature_after_softmax(passes, teacher):
     ok, out = passes(gc.check.nb05.decode_loop, _decode_tau_after_softmax)
     assert not ok and "softmax 之前" in out
     assert passes(gc.check.nb05.decode_loop, teacher("nb05.decode_loop"))[0]
+
+
+# -------------------------------------------------- 审阅 2026-12-04（03–05）F14：提示说出真正的错误
+def test_rhyme_mask_names_a_union_of_groups(passes):
+    def union(tok, feet, first=""):
+        return nb05._rhyme_variant(tok, feet, first, "union")
+
+    ok, out = passes(gc.check.nb05.rhyme_mask, union)
+    assert not ok and "并集" in out and "第一个韵脚" not in out, out
+
+
+@pytest.mark.parametrize("wrong, needle, not_said", [
+    (dict(missing_as_ze=True), "不要当成仄声", "只看第 2、4、6 字"),
+    (dict(same=True), "相反", "位置不对"),
+])
+def test_fenming_names_the_mistake_seen_on_every_line(passes, wrong, needle, not_said):
+    ok, out = passes(gc.check.nb05.fenming, _fenming(**wrong))
+    assert not ok and needle in out and not_said not in out, out

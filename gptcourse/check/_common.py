@@ -165,8 +165,8 @@ def exercise(checker: Callable) -> Callable:
                 return finish(False, _todo(f"{name} 的答案还是 {a!r}"))
             if getattr(a, STANDIN, None):                  # mine 换上的包里的版本：不是学员写的
                 return finish(False,
-                              _todo(f"{name}：这里拿到的是包里的代替品（{getattr(a, STANDIN)}），"
-                                    "先运行你写答案的那个单元格"))
+                              _todo(f"{name}：这里拿到的是包里的代替品：先完成"
+                                    f"{getattr(a, STANDIN)}，再运行它的单元格"))
         try:
             passed = bool(checker(*args, **kwargs))
             message = _LAST.get("message", "")

@@ -17,6 +17,9 @@ EXERCISES = ("build_vocab", "count_pairs", "merge_pair", "bpe_train", "bpe_encod
 __all__ = list(EXERCISES)
 
 _POEMS = "床前明月光，疑是地上霜。\n举头望明月，低头思故乡。\n白日依山尽，黄河入海流。\n"
+# 哈希桶正好落在边界上的诗（h = 89 / 90 / 94 / 95）：h <= 90、h < 94 这类差一错误只在这里露出来
+_BOUNDARY = {"红豆生南国，低头思故乡。": 90, "空山不见人，处处闻啼鸟。": 94,
+             "春来发几枝，复照青苔上。": 95, "春眠不觉晓，千山鸟飞绝。": 89}
 
 
 # ---------------------------------------------------------------- 参考：包里的函数
@@ -75,7 +78,8 @@ def merge_pair(fn: Callable[[list[int], tuple[int, int], int], list[int]]) -> bo
     """练习：``fn(ids, pair, idx)`` 从左到右替换不重叠的 pair，即 merge。"""
     cases = [([1, 2, 3, 1, 2], (1, 2), 4), ([97, 97, 97], (97, 97), 256),
              ([97, 97, 97, 97], (97, 97), 256), ([1, 2], (2, 1), 9), ([], (1, 2), 3),
-             ([1, 2, 1], (1, 2), 300)]
+             ([1, 2, 1], (1, 2), 300),
+             ([12, 3], (2, 3), 300), ([256, 97], (56, 97), 300)]    # 按数字的文本替换会在这里出错
     return _compare(fn, merge, cases, "merge_pair", list)
 
 
@@ -121,7 +125,8 @@ def split_by_poem(fn: Callable[[str], dict]) -> bool:
 
     lines = (DATA_DIR / "tangshi300.txt").read_text(encoding="utf-8").split("\n")[:150]
     poems = [p for p in lines if p.strip()] + ["白日依山尽，黄河入海流。"] * 3   # 含重复
-    for text in (_POEMS, "\n".join(poems) + "\n"):
+    boundary = "".join(p + "\n" for p in _BOUNDARY)
+    for text in (_POEMS, boundary, "\n".join(poems) + "\n"):
         got = _got(fn, text, where="split_by_poem(...) ")
         if not isinstance(got, dict) or set(got) != {"train", "val", "test"}:
             return _fail("应返回 {'train': …, 'val': …, 'test': …} 三个键的字典")
@@ -135,7 +140,13 @@ def split_by_poem(fn: Callable[[str], dict]) -> bool:
         for k, p in enumerate(q for q in text.split("\n") if q.strip()):
             right = next(sp for sp in ("train", "val", "test") if p + "\n" in want[sp])
             if where.get(p) != right:
+                h = (f"（它的哈希桶 h = {_BOUNDARY[p]}，正在边界上：h < 90 → train，"
+                     "90 ≤ h < 95 → val，其余 → test）") if p in _BOUNDARY else ""
                 return _fail(f"split_by_poem：第 {k + 1} 首诗（{p[:12]}……）应在 {right}，"
-                             f"你放进了 {where.get(p, '任何划分之外')}")
+                             f"你放进了 {where.get(p, '任何划分之外')}{h}")
+        if all(str(got[sp]).splitlines() == list(dict.fromkeys(want[sp].splitlines()))
+               for sp in got):
+            return _fail("重复的诗被你去掉了：这里只按哈希划分，每首诗（包括重复出现的）都原样"
+                         "放进它的划分；去重是后面近似重复一节的事")
         return _fail("每首诗的去处都对，但顺序或换行不对：保持原有顺序，每首诗后面保留一个换行")
     return _ok()

@@ -1,7 +1,7 @@
 """笔记本 01 的第二组练习（字节级 BPE、两道预测题、近似重复）：参考是 ``gc.bpe``、``gc.data``。"""
 from __future__ import annotations
 
-from ..bpe import BPETokenizer, get_stats, merge
+from ..bpe import BPETokenizer, get_stats, merge, split_chunks
 from ..data import near_duplicate_groups
 from ._common import _call, _fail, _got, _ok, choice, exercise
 
@@ -9,25 +9,45 @@ _TEXT = ("床前明月光，疑是地上霜。举头望明月，低头思故乡�
          "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。\n"
          "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。\n"
          "明月松间照，清泉石上流。明月几时有，春风又绿江南岸。\n")
+_REPEATED = _TEXT + "白日依山尽，" * 2 + "\n"      # 同一块出现 3 次：次数要按块的出现次数加权
 
 
 # ---------------------------------------------------------------- 检查器
-def _unchunked(text: str, vocab_size: int) -> dict:
-    ids, merges = list(text.encode("utf-8")), {}
+def _learn(chunks: list[list[int]], vocab_size: int) -> dict:
+    """每块等权地学合并规则（参考是 ``BPETokenizer.train``；这里只用来认出两种常见错误）。"""
+    merges = {}
     for idx in range(256, vocab_size):
-        counts = get_stats(ids)
+        counts: dict = {}
+        for ids in chunks:
+            get_stats(ids, counts)
         if not counts:
             break
         pair = min(counts, key=lambda p: (-counts[p], p))
         merges[pair] = idx
-        ids = merge(ids, pair, idx)
+        chunks = [merge(ids, pair, idx) for ids in chunks]
     return merges
+
+
+def _unchunked(text: str, vocab_size: int) -> dict:
+    return _learn([list(text.encode("utf-8"))], vocab_size)
+
+
+def _unweighted(text: str, vocab_size: int) -> dict:
+    return _learn([list(c.encode("utf-8")) for c in dict.fromkeys(split_chunks(text))], vocab_size)
+
+
+_TRAIN_MISTAKES = (
+    (_unchunked, "合并跨过了块的边界：先用 gc.bpe.split_chunks(text) 切块，"
+                 "只在块内数相邻对、做合并"),
+    (_unweighted, "相同的块只留了一份，却没有按它出现的次数加权：一个块出现 3 次，它里面的每一对"
+                  "也要算 3 次（get_stats(ids, counts, weight=次数)）"),
+)
 
 
 @exercise
 def bpe_train(fn) -> bool:
     """练习：``fn(text, vocab_size) -> merges``（{(a, b): 新 id}，按学到的顺序）。"""
-    for text, vs in (("aaabdaaabac", 259), (_TEXT, 300), ("ab", 300), ("", 260)):
+    for text, vs in (("aaabdaaabac", 259), (_TEXT, 300), (_REPEATED, 300), ("ab", 300), ("", 260)):
         got = _got(fn, text, vs, where=f"bpe_train({text[:8]!r}…, {vs}) ")
         if not isinstance(got, dict):
             return _fail(f"应返回字典 {{(a, b): 新 id}}，收到 {type(got).__name__}")
@@ -39,14 +59,44 @@ def bpe_train(fn) -> bool:
             extra = "没有可合并的 id 对时要提前停止；" if len(want) < vs - 256 else ""
             return _fail(f"vocab_size={vs} 时应学 {len(want)} 条合并规则，你学了 {len(got)} 条。"
                          f"{extra}新 id 从 256 开始，一直到 vocab_size − 1")
-        if got_items == list(_unchunked(text, vs).items()):
-            return _fail("合并跨过了块的边界：先用 gc.bpe.split_chunks(text) 切块，"
-                         "只在块内数相邻对、做合并")
+        for mistake, hint in _TRAIN_MISTAKES:
+            if got_items == list(mistake(text, vs).items()):
+                return _fail(hint)
         k = next(i for i, (a, b) in enumerate(zip(got_items, want.items())) if a != b)
         return _fail(f"第 {k + 1} 条合并规则不同：你的是 {got_items[k]}，"
                      f"应为 {list(want.items())[k]}。"
                      "每轮选出现次数最多的一对，次数相同时选数值最小的一对（min 按 (−次数, 对)）")
     return _ok()
+
+
+def _encoder(pick, once: bool = False):
+    """按 ``pick(可用的对, 次数, merges)`` 选对的编码（认出选错对、只合并一次的常见错误用）。"""
+    def encode(text: str, merges: dict) -> list[int]:
+        out = []
+        for chunk in split_chunks(text):
+            ids = list(chunk.encode("utf-8"))
+            while True:
+                stats = get_stats(ids)
+                known = [p for p in stats if p in merges]
+                if not known:
+                    break
+                pair = pick(known, stats, merges)
+                ids = merge(ids, pair, merges[pair])
+                if once:
+                    break
+            out.extend(ids)
+        return out
+    return encode
+
+
+_EARLIEST = "每一步合并“学得最早”的那一对（merges 里新 id 最小的），直到没有一对在 merges 里为止"
+_ENCODE_MISTAKES = (
+    (_encoder(lambda ps, st, m: max(ps, key=lambda p: (st[p], -m[p]))),
+     "，而不是在这段文字里出现最多的那一对"),
+    (_encoder(lambda ps, st, m: min(ps)), "：比的是新 id（学到的先后），不是 id 对本身的数值大小"),
+    (_encoder(lambda ps, st, m: max(ps, key=m.get)), "：你选的是新 id 最大的（最后学到的）那一对"),
+    (_encoder(lambda ps, st, m: min(ps, key=m.get), once=True), "：你每块只合并了一次"),
+)
 
 
 @exercise
@@ -55,16 +105,19 @@ def bpe_encode(fn) -> bool:
     trained = BPETokenizer.train(_TEXT * 3, vocab_size=330)
     ordered = BPETokenizer({(98, 99): 256, (97, 98): 257})   # “ab” 更常见，但 “bc” 学得更早
     cases = [(trained, t) for t in ("明月", "床前明月光，疑是地上霜。", _TEXT, "春风🙂 abc\n", "")]
-    for tok, text in cases + [(ordered, "abcab")]:
-        got = _got(fn, text, dict(tok.merges), where=f"bpe_encode({text[:8]!r}…) ")
+    cases += [(ordered, "abcab"), (ordered, "abcbc"),          # 再分开“最常见”“数值最小”“最后学到”
+              (BPETokenizer({(97, 98): 256, (98, 99): 257}), "abc")]
+    runs = [(tok, text, _got(fn, text, dict(tok.merges), where=f"bpe_encode({text[:8]!r}…) "))
+            for tok, text in cases]
+    for tok, text, got in runs:
         want = tok.encode(text)
         if isinstance(got, (list, tuple)) and list(got) == want:
             continue
         if isinstance(got, (bytes, bytearray)) or got == list(text.encode("utf-8")):
             return _fail("你返回的是原始字节：还要按合并规则反复合并")
-        return _fail(f"{text[:12]!r} 的编码不同：你的 {got!r}，应为 {want}。"
-                     "每一步合并“学得最早”的那一对"
-                     "（merges 里新 id 最小的），而不是在这段文字里出现最多的那一对")
+        why = next((h for f, h in _ENCODE_MISTAKES            # 每个输入都对得上才点名这种错误
+                    if all(g == f(t, dict(k.merges)) for k, t, g in runs)), "")
+        return _fail(f"{text[:12]!r} 的编码不同：你的 {got!r}，应为 {want}。{_EARLIEST}{why}")
     return _ok()
 
 

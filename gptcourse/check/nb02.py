@@ -102,13 +102,20 @@ def scaled_attention(fn) -> bool:
         return torch.allclose(out, t, atol=1e-5)
 
     if close(ref):
-        window = causal & ~causal.tril(-3)                          # 只看最近 3 个字的掩码
-        got = _got(fn, q, k, v, window, where="换一个掩码（每个字只看最近 3 个字）时 ")
-        if isinstance(got, torch.Tensor) and torch.allclose(got, causal_attention(
-                q, k, v, window)[0], atol=1e-5):
-            return _ok()
-        return _fail("换一个掩码（每个字只看最近 3 个字）结果却没变：你自己造了下三角，"
-                     "没有用传进来的 mask。模型会把它的掩码 buffer 切好传给你")
+        for mask, what in other_masks(6):
+            got = _got(fn, q, k, v, mask, where=f"换一个掩码（{what}）时 ")
+            if not isinstance(got, torch.Tensor) or got.shape != q.shape:
+                return _fail(f"换一个掩码（{what}）时输出应是形状为 {tuple(q.shape)} 的张量")
+            if torch.allclose(got, causal_attention(q, k, v, mask)[0], atol=1e-5):
+                continue
+            return _fail(f"换一个掩码（{what}）" + _which(got, [
+                (ref, "结果却没变：你自己造了下三角，没有用传进来的 mask。"),
+                (causal_attention(q, k, v, mask & causal)[0],
+                 "结果不对：你把传进来的 mask 和自己造的下三角合在了一起。mask 允许看的位置"
+                 "（哪怕在未来）都要看。")], "结果与 gc.model.causal_attention(q, k, v, mask) "
+                "不一致：哪里能看只由传进来的 mask 决定。")
+                + "模型会把它的掩码 buffer 切好传给你，练习 14 正是改这个 buffer 来造泄漏")
+        return _ok()
     if torch.isnan(out).any() and torch.isnan(out).all(-1).any():
         return _fail("输出里有 NaN：True/False 用反了。这里 True = 可以看，"
                      "要填 −∞ 的是 ~mask（看不见的位置）")
@@ -129,6 +136,13 @@ def scaled_attention(fn) -> bool:
               "掩码放在了 softmax 之后：被遮住的权重变成 0，但每行之和不再是 1。"
               "应先把分数填成 −∞，再做 softmax")]
     return _fail(_which(out, wrong, "数值与 gc.model.causal_attention(q, k, v, mask) 的输出不一致"))
+
+
+def other_masks(T: int) -> list[tuple[torch.Tensor, str]]:
+    """检查“用的是传进来的 mask”用的掩码：(掩码, 说明)；第二个看得见未来，不是因果掩码的子集。"""
+    d = torch.arange(T)[:, None] - torch.arange(T)[None, :]            # 查询位置 − 键位置
+    return [((d >= 0) & (d < 3), "每个字只看最近 3 个字"),
+            ((d >= -1) & (d < 3), "每个字只看最近 3 个字和下一个字")]
 
 
 def _trend(first: float, last: float, up: str, down: str, flat: str, tol: float) -> str:
@@ -214,7 +228,7 @@ def rope_pair(fn) -> bool:
     out = _got(fn, x1, x2, ang.cos(), ang.sin(), where="传入张量时 ",
                then="（rope_pair 要能逐元素处理张量：下一题的 rotate 就这样用它）")
     want = rotate_pair(x1, x2, ang.cos(), ang.sin())
-    if not (isinstance(out, tuple) and len(out) == 2
+    if not (isinstance(out, (tuple, list)) and len(out) == 2
             and all(isinstance(o, torch.Tensor) and torch.allclose(o, w, atol=1e-6)
                     for o, w in zip(out, want))):
         return _fail("传入张量时结果不对：只用 +、−、× 逐元素计算，返回 (y1, y2)")

@@ -87,14 +87,21 @@ def _rope(cfg, T):
     return _tables(cfg.head_dim, T, cfg.rope_base) if cfg.pos == "rope" else None
 
 
+_BUFFER = ("（练习 2 后面 WithBuffer / NotSaved / WithAttribute 的对比）：写 "
+           "self.register_buffer(\"mask\", …, persistent=False)")
+
+
 def _load(mine, state) -> None:
     """把包里的权重装进学员的模块；名字或形状对不上时判“还不对”（抛出 ``Wrong``）。
-    学员自己的 buffer（掩码）不在包的 state_dict 里时（非持久 buffer）保留学员的值。"""
+    学员的掩码 buffer 要是非持久的（不在 state_dict 里）：存进去的话，严格加载课程模型会报错。"""
     try:
         missing, unexpected = mine.load_state_dict(state, strict=False)
     except RuntimeError as e:
         raise Wrong(f"形状对不上：{str(e).splitlines()[-1].strip()}") from None
-    missing = [k for k in missing if k not in dict(mine.named_buffers())]
+    saved = [k for k in missing if k in dict(mine.named_buffers())]
+    if saved:
+        raise Wrong(f"buffer {saved[0]} 存进了 state_dict：严格加载课程模型（load_state_dict）"
+                    "时会报 Missing key。掩码完全由 block_size 决定，不该存" + _BUFFER)
     if missing or unexpected:
         raise Wrong(f"参数名与包里的模型对不上（缺少 {list(missing)[:4]}，"
                     f"多出 {list(unexpected)[:4]}）；名字要与 gc.model 的 state_dict 一致")
@@ -165,7 +172,8 @@ def gpt_block(block_cls) -> bool:
         with torch.no_grad():
             want, got = ref(x, rope), _got(mine, x, rope, where="block(x, rope) ")
             _match(got, want, f"{cfg.norm} / {cfg.mlp} 设计下输出与 gc.model.Block 不一致："
-                   "顺序应为 x = x + attn(norm1(x), rope)，再 x = x + mlp(norm2(x))",
+                   "每个子层读到的是归一化之前还是之后的 x？它的输出替换了 x，还是加回 x？"
+                   "两个子层各用哪一个归一化？",
                    _block_variants, ref, x, rope)
     return _ok()
 
@@ -213,7 +221,33 @@ def gpt_model(gpt_cls) -> bool:
             _match(got, want, f"{cfg.pos} / {cfg.norm} 设计下 logits 与 gc.model.GPT 不一致："
                    "检查嵌入、位置（学习式相加 / RoPE 传进每个块）、各块、最终归一化、输出头",
                    _gpt_variants, ref, idx, cfg, atol=1e-4)
+        _head_is_lm_head(mine, ref, idx, got)
     return _ok()
+
+
+def _head_is_lm_head(mine, ref: GPT, idx, tied) -> None:
+    """logits 要由 ``self.lm_head`` 算出：反向传播时输出头的梯度流回共享的词嵌入；把输出头换成
+    不共享的权重（笔记本后面的对比实验就这样做），logits 跟着变（抛出 ``Wrong``）。"""
+    g = torch.Generator().manual_seed(3)
+    upstream = torch.randn(tied.shape, generator=g)              # 任取一个 dL/dlogits
+    for m in (ref, mine):
+        m.zero_grad(set_to_none=True)
+    (ref(idx)[0] * upstream).sum().backward()
+    (_got(mine, idx, where="model(idx) ") * upstream).sum().backward()
+    grad, want = mine.tok_emb.weight.grad, ref.tok_emb.weight.grad
+    if grad is None or not torch.allclose(grad, want, rtol=1e-3, atol=1e-5):
+        raise Wrong("logits 对了，但反向传播时词嵌入收到的梯度与 gc.model.GPT 不同：输出头那一路的"
+                    "梯度没有流回共享的权重（用了 .detach()？）。logits 要由 self.lm_head(…) 算出")
+    head = torch.randn(ref.lm_head.weight.shape, generator=g) * 0.3
+    for m in (ref, mine):
+        m.lm_head.weight = torch.nn.Parameter(head.clone())
+    with torch.no_grad():
+        want, got = ref(idx)[0], _got(mine, idx, where="换了输出头之后 model(idx) ")
+    _match(got, want, "把 lm_head 换成不与词嵌入共享的权重后 logits 与 gc.model.GPT 不一致："
+           "logits 要由 self.lm_head(norm_f(x)) 算出", lambda: [
+               (tied, "把 lm_head 换成不与词嵌入共享的权重后 logits 没变：forward 绕过了 "
+                      "self.lm_head（直接乘了 tok_emb.weight？）。要写 self.lm_head(norm_f(x))："
+                      "笔记本后面把输出头换成不共享的版本做对比")], atol=1e-4)
 
 
 @exercise

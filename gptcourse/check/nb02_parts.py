@@ -6,10 +6,10 @@ import math
 import torch
 import torch.nn.functional as F
 
-from ..model import MLP, CausalSelfAttention, RMSNorm
+from ..model import MLP, CausalSelfAttention, RMSNorm, causal_mask
 from ..rope import apply_rope, apply_rope_interleaved
-from ._common import _call, _fail, _got, _ok, exercise
-from .nb02_model import _CFGS, _build, _match, _rope, _tables, _tensor
+from ._common import Wrong, _call, _fail, _got, _ok, exercise
+from .nb02_model import _BUFFER, _CFGS, _build, _match, _rope, _tables, _tensor, _which
 
 
 # ---------------------------------------------------------------- 小工具
@@ -46,18 +46,19 @@ def rope_rotate(fn) -> bool:
     _match(out, apply_rope(x, cos, sin),
            "旋转必须保持每个向量的长度不变：检查 cos、sin 有没有用对地方"
            if not torch.allclose(out.norm(dim=-1), x.norm(dim=-1), atol=1e-4) else
-           "数值与 gc.rope.apply_rope 不一致：x1, x2 = x.chunk(2, dim=-1)，"
-           "y1, y2 = rope_pair(x1, x2, cos, sin)，再 cat 回去", _rotate_variants, x, cos, sin)
+           "数值与 gc.rope.apply_rope 不一致：rotate-half 里第 i 维和第几维是一对？"
+           "两半各自转完，按什么顺序拼回去？", _rotate_variants, x, cos, sin)
     return _ok()
 
 
 def _rms_variants(x, want, w, eps):
     rms = x.pow(2).mean(-1, keepdim=True)
-    before = "eps 要加在开方**之前**：x / sqrt(mean(x²) + eps)"
     return [(want / w, "忘了乘可学习的 γ（self.weight）"),
             (F.layer_norm(x, (16,), eps=eps) * w,
              "这是 LayerNorm（减了均值）：RMSNorm 不减均值，只除以均方根"),
-            (x / (rms.sqrt() + eps) * w, before), (x / rms.sqrt() * w, before),
+            (x / (rms.sqrt() + eps) * w, "eps 加在了开方之后：应是 x / sqrt(mean(x²) + eps)"),
+            (x / torch.sqrt(rms + 1e-5) * w,                   # 与不加 eps 分不开：一句话说两种
+             "没有用 self.eps（eps 写死了，或者根本没加）：应是 x / sqrt(mean(x²) + self.eps)"),
             (x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps) * w,
              "用的是平方和：RMSNorm 除以的是均方根，mean(x²) 而不是 sum(x²)")]
 
@@ -72,8 +73,8 @@ def rmsnorm(cls) -> bool:
         x = torch.randn(3, 5, 16, generator=g) * 2 + 0.5
         with torch.no_grad():
             want, got = ref(x), _got(mine, x, where="norm(x) ")
-        _match(got, want, f"eps = {eps} 时数值与 gc.model.RMSNorm 不一致："
-               "x / sqrt(mean(x²) + eps) · γ，均值沿最后一维，keepdim=True",
+        _match(got, want, f"eps = {eps} 时数值与 gc.model.RMSNorm 不一致：均方根沿哪一维算"
+               "（keepdim 了吗）？eps 加在哪里？γ 乘上了吗？",
                _rms_variants, x, want, ref.weight.detach(), eps)
     return _ok()
 
@@ -152,7 +153,34 @@ def attention_module(cls) -> bool:
                         "要切成 self.mask[:T, :T]）") if "size" in err else ""
                 return _fail(f"attn(x, rope) {err}{hint}")
             _match(got, want, f"{cfg.pos} 设计下输出与 gc.model.CausalSelfAttention 不一致："
-                   "qkv → split_heads →（RoPE 时 rotate Q、K）→ "
-                   "attention(q, k, v, self.mask[:T, :T]) → merge_heads → proj",
+                   "qkv 之后怎样拆成几个头？RoPE 转哪几个？attention 用掩码的哪一块？"
+                   "各头合并之后还差哪一层？",
                    _attention_variants, ref, x, rope)
+            _reads_its_mask(mine, ref, x, rope)
     return _ok()
+
+
+def _reads_its_mask(mine, ref: CausalSelfAttention, x, rope) -> None:
+    """掩码要是 buffer（``_load`` 已查过它不存进 state_dict），而且 forward 真的读它：把两边的
+    ``mask`` 换成一个看得见下一个字的带状掩码（不是因果掩码的子集），输出仍要与包里的手写路径
+    相同（抛出 ``Wrong``）。"""
+    if not isinstance(dict(mine.named_buffers()).get("mask"), torch.Tensor):
+        raise Wrong("self.mask 应是 register_buffer 登记的 buffer，不是普通的张量属性：普通属性不会"
+                    "跟着 .to(device) 走" + _BUFFER)
+    n = ref.mask.shape[0]
+    d = torch.arange(n)[:, None] - torch.arange(n)[None, :]
+    band = (d >= -1) & (d < 3)                       # 看最近 3 个字和下一个字
+    ref.use_sdpa = False                             # 包里 SDPA 路径的 is_causal 不读 self.mask
+    causal = ref(x, rope)
+    ref.mask.copy_(band)
+    mine.mask.copy_(band)
+    want, got = ref(x, rope), _got(mine, x, rope, where="换了 self.mask 之后 ")
+    _tensor(got, want.shape)
+    if torch.allclose(got, want, atol=1e-5):
+        return
+    ref.mask.copy_(band & causal_mask(n))
+    raise Wrong("把 self.mask 换成看得见下一个字的掩码后" + _which(got, [
+        (causal, "输出没变：forward 没有用 self.mask（自己造了因果掩码，或用了 is_causal=True）。"),
+        (ref(x, rope), "输出不对：你把 self.mask 和另一个下三角合在了一起。")],
+        "输出与包里的手写路径不一致。") + "要写 attention(q, k, v, self.mask[:T, :T])："
+        "练习 14 正是改这个 buffer 来造泄漏")

@@ -43,6 +43,18 @@ def solution_early_stopping(evals: list[dict], patience: int) -> tuple[int, int]
 register("nb03", {"early_stopping": solution_early_stopping})   # 学生版的代替品（包里没有）
 
 
+def _vs_previous(evals: list[dict], patience: int) -> tuple[int, int]:
+    """典型错误：只要比上一次评估低就把耐心清零（最好的一步仍按最低值记）。"""
+    best, prev, waited = min(evals[:1], key=lambda e: e["val"]), float("inf"), 0
+    for e in evals:
+        best = e if e["val"] < best["val"] else best
+        waited = 0 if e["val"] < prev else waited + 1
+        prev = e["val"]
+        if waited == patience:
+            return best["step"], e["step"]
+    return best["step"], evals[-1]["step"]
+
+
 def _early_stopping_hint(evals: list[dict], patience: int, got: tuple[int, int]) -> str:
     """错误的答案等于哪一种典型错误的结果，就说出是哪一种。"""
     best, stop = solution_early_stopping(evals, patience)
@@ -55,7 +67,9 @@ def _early_stopping_hint(evals: list[dict], patience: int, got: tuple[int, int])
              "——和最好值相等不算进步（要严格更低）",
              (steps.index(best), steps.index(stop)):
              "——返回的是列表下标，应当返回评估记录里的 step",
-             (best, later): f"——多等了一次：连续 {patience} 次没有创新低就停"}
+             (best, later): f"——多等了一次：连续 {patience} 次没有创新低就停",
+             _vs_previous(evals, patience):
+             "——要和目前最好的值比，不是和上一次评估比：比上一次低、却没低过最好值，不算进步"}
     wrong.pop((best, stop), None)
     return wrong.get(tuple(got), "")
 
@@ -69,6 +83,8 @@ def early_stopping(fn) -> bool:
                                  ([6.0, 5.2, 5.3, 5.1, 5.4, 5.5, 5.6], 2,
                                   "中途回升后又创新低：耐心要重新计"),
                                  ([6.0, 5.2, 5.3, 5.4, 4.0], 2, "停下以后的评估不能再看"),
+                                 ([5.0, 5.3, 5.2, 5.4], 2,
+                                  "回落了一点但没低过最好值：不算进步，耐心接着数"),
                                  ([5.0, 5.1, 5.2], 1, "patience = 1")):
         evals = [{"step": 25 * (i + 1), "val": v} for i, v in enumerate(vals)]
         got = _got(fn, copy.deepcopy(evals), patience)

@@ -3,7 +3,9 @@
 只用来把学员的输出对上“是哪一种错”。"""
 from __future__ import annotations
 
+import copy
 import math
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -17,12 +19,13 @@ from ._common import _call, _fail, _got, _ok, exercise
 from .nb03_loop import _LOOP_DROPOUT, _close, _differs
 from .nb03_loss import _ids, _tiny_model
 
-# 平韵首句不入韵、平韵首句入韵、仄韵、不合诗体、七绝（平韵首句入韵）
+# 平韵首句不入韵、平韵首句入韵、仄韵、不合诗体、七绝（平韵首句入韵）、韵脚有多音字（洮：萧 / 豪）
 _POEMS = ("白日依山尽，黄河入海流。欲穷千里目，更上一层楼。",
           "床前明月光，疑是地上霜。举头望明月，低头思故乡。",
           "春眠不觉晓，处处闻啼鸟。夜来风雨声，花落知多少。",
           "白日依山尽，黄河入海流。欲穷千里目，更上楼。",              # 押韵但不合诗体
-          "朝辞白帝彩云间，千里江陵一日还。两岸猿声啼不住，轻舟已过万重山。")
+          "朝辞白帝彩云间，千里江陵一日还。两岸猿声啼不住，轻舟已过万重山。",
+          "北斗七星高，哥舒夜带刀。至今窥牧马，不敢过临洮。")
 
 
 def _tensor(v) -> torch.Tensor | None:
@@ -46,15 +49,17 @@ def _with_mistake(ids: torch.Tensor, tok, mistake: str) -> torch.Tensor:
                          ends[1::2] if mistake == "ze_too" and not r.rhymes else r.positions)
             group = PING_GROUPS.index(r.group) if r.group in PING_GROUPS else 0
             for i in positions:
-                out[offset + i - (mistake == "before")] = group
+                own = verse.ping_groups(poem[i])                     # 这个字自己的第一个平声韵部
+                out[offset + i - (mistake == "before")] = (
+                    PING_GROUPS.index(own[0]) if mistake == "own_group" and own else group)
         offset += len(poem) + (mistake != "no_newline")
     return out
 
 
 _HINTS = {
-    "before": "标签放在了韵脚的前一个位置。标签要记在韵脚**那个字自己**的位置上："
-              "取批次时它会像 y 一样错一位取出，第 t 个位置的头才去预测第 t + 1 个字的韵部——"
-              "你再往前挪一位，就成了预测“下下个字”",
+    "before": "每个标签都早了一位：是漏算了开头的换行，还是把标签放在了韵脚的前一个位置？"
+              "ids 以换行开头（\\n诗\\n诗…），标签要记在韵脚那个字自己的位置上："
+              "取批次时它会像 y 一样错一位取出，第 t 个位置的头才去预测第 t + 1 个字的韵部",
     "odd_lines": "单数句的末字也记了标签。只有入韵的位置才有韵部：双数句的末字，"
                  "和首句入韵时首句的末字（check_rhyme(...).positions 就是这些下标）",
     "ze_too": "不押平声韵的诗（例如仄韵的《春晓》）也记了标签。"
@@ -62,6 +67,8 @@ _HINTS = {
     "any_form": "不合诗体的诗也记了标签：先用 gc.verse.is_valid_form 挑出合乎诗体的诗",
     "zero_default": "没有韵脚的位置应记 −1（“这个位置不考”），而不是 0——0 是第一个韵部的编号",
     "no_newline": "从第二首诗开始位置错开了：诗与诗之间还有一个换行符，它也占一个位置",
+    "own_group": "韵脚记的是这个字自己的第一个平声韵部：多音字（如“洮”在萧、豪两部）会记错。"
+                 "要记整首诗共同的韵部 check_rhyme(poem).group",
 }
 
 
@@ -126,6 +133,33 @@ def aux_loss(fn) -> bool:
                      f"你的结果是 {empty if err is None else err}：求平均时分母至少取 1")
     if empty.item() != 0.0:
         return _fail(f"一个要考的位置都没有时应得 0，你的结果是 {empty.item()}")
+    return _grads_reach(fn, head, hidden, targets)
+
+
+def _grads_reach(fn, head, hidden, targets) -> bool:
+    """值对了还不够：backward 之后头（head.weight）和主干（hidden）的梯度都要与参考相同。"""
+    ref_head, ref_hidden = copy.deepcopy(head), hidden.clone().requires_grad_(True)
+    masked_cross_entropy(ref_head(ref_hidden), targets).backward()
+    head.zero_grad(set_to_none=True)
+    mine = hidden.clone().requires_grad_(True)
+    loss = _got(fn, head, mine, targets)
+    try:
+        loss.backward()
+    except (AttributeError, RuntimeError) as e:
+        return _fail(f"对你的损失 backward() 时出错 {type(e).__name__}: {e}")
+    reach = {"head": (head.weight.grad, ref_head.weight.grad),
+             "hidden": (mine.grad, ref_hidden.grad)}
+    cut = [k for k, (g, _) in reach.items() if g is None or not bool(g.any())]
+    if cut:
+        return _fail({
+            "head": "头（head.weight）收不到梯度：损失要由 head(hidden) 的 logits 直接算出",
+            "hidden": "梯度到不了隐藏状态（主干）：不要对 hidden 用 .detach()。辅助目标正是要通过 "
+                      "hidden 把韵部的信号传回主干；只有头学到东西，主干就白练了"}[cut[0]]
+            if len(cut) == 1 else "backward 之后头和隐藏状态都没有梯度：损失和它们之间断了"
+            "（.item() 后重新包成张量、对 logits .detach() 后再 requires_grad_()，都会这样）")
+    if not all(torch.allclose(g, w, rtol=1e-4, atol=1e-6) for g, w in reach.values()):
+        return _fail("损失的值对了，但 backward 之后头或隐藏状态的梯度与参考不同：损失要就是"
+                     "head(hidden) 在要考的位置上的平均交叉熵，中间不要改动或截断计算图")
     return _ok()
 
 
@@ -180,7 +214,7 @@ def titled_step(fn) -> bool:
     """练习：``fn(model, optimizer, ids, targets, cfg, step) -> 损失``，做包里的第 step 步。"""
     cfg = TrainConfig(batch_size=4, lr=1e-2, warmup_steps=2, max_steps=5, weight_decay=0.05,
                       min_lr_ratio=0.3, eval_interval=100, eval_batches=1, bf16=False,
-                      progress=False, seed=3)
+                      progress=False, seed=3, grad_clip=0.4)       # 不用默认的 1.0：写死的露馅
     ids = _ids(7, n=200)
     y = ids.clone()
     y[(torch.arange(len(ids)) % 10) < 4] = -1                          # 每 10 个位置里 4 个是“题目”
@@ -191,15 +225,23 @@ def titled_step(fn) -> bool:
     got = []
     for step in range(cfg.max_steps):
         loss = _got(fn, mine, opt, ids, y, cfg, step)
+        if not mine.training:
+            return _fail("这一步把模型切到了 eval 模式（dropout 关了）：训练的一步要在 train "
+                         "模式下做，不要在里面调用 model.eval()")
         try:
             got.append(float(loss))
         except (TypeError, ValueError):
             return _fail(f"第 {step} 步应返回损失（loss.item()），收到 {type(loss).__name__}")
     want, model = _package_run(cfg, ids, y)
     s = next((i for i, (a, b) in enumerate(zip(got, want)) if not _close(a, b)), None)
+    if s is None and _differs(mine, model, 1.3e-6, 1e-5) is None:
+        return _ok()
+    hard, hard_model = _package_run(replace(cfg, grad_clip=1.0), ids, y)      # 裁剪写死成 1.0
+    if all(map(_close, got, hard)) and _differs(mine, hard_model, 1.3e-6, 1e-5) is None:
+        return _fail(f"裁剪的阈值写死成了 1.0：要用 cfg.grad_clip（这里是 {cfg.grad_clip}）")
     if s is None:
-        return _ok() if _differs(mine, model, 1.3e-6, 1e-5) is None else _fail(
-            "每步的损失都对，但最后的权重不同：裁剪（cfg.grad_clip）和 optimizer.step() 都做了吗？")
+        return _fail("每步的损失都对，但最后的权重不同：裁剪（cfg.grad_clip）和 optimizer.step() "
+                     "都做了吗？")
     if s == 0:
         unmasked, _ = _package_run(cfg, ids, None)                    # 题目上也算了损失
         if _close(got[0], unmasked[0]):

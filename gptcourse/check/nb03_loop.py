@@ -118,28 +118,49 @@ def train_step(fn) -> bool:
 
 @exercise
 def accumulate_grads(fn) -> bool:
-    """练习：``fn(model, micro_batches)`` 只做前向与反向（不 step），梯度应等于大批次的梯度。"""
+    """练习：``fn(model, micro_batches)`` 只做前向与反向（不 step、不清梯度），梯度应等于
+    大批次的梯度加上调用前已有的梯度。"""
     x, y = _batch(7, B=8)
     big = _tiny_model()
     big(x, y)[1].backward()
     for n in (2, 4):
         model, size = _tiny_model(), 8 // n
         micro = [(x[i:i + size], y[i:i + size]) for i in range(0, 8, size)]
+        g = torch.Generator().manual_seed(n)
+        before = {}                                          # 调用前的权重与已有的梯度
+        for name, p in model.named_parameters():
+            p.grad = torch.randn(p.shape, generator=g) * 1e-3
+            before[name] = (p.detach().clone(), p.grad.clone())
         _got(fn, model, micro)
         for (name, p), q in zip(model.named_parameters(), big.parameters()):
+            weight, prior = before[name]
+            if not torch.equal(p.detach(), weight):
+                return _fail(f"{name} 的权重变了：这里只做前向和反向，不要 optimizer.step()，"
+                             "也不要自己更新权重——更新是调用它的训练循环在累积完之后做的事")
             if p.grad is None:
+                return _fail(f"{name} 没有梯度：每个微批次都要 backward()（也不要把梯度清成 None）")
+            if torch.allclose(p.grad, prior, rtol=1e-4, atol=1e-7):
                 return _fail(f"{name} 没有梯度：每个微批次都要 backward()")
-            if not torch.allclose(p.grad, q.grad, rtol=1e-4, atol=1e-6):
-                ratio = (p.grad.norm() / q.grad.norm()).item()
-                last = _tiny_model()                                   # 只算最后一个微批次
-                (last(*micro[-1])[1] / n).backward()
-                only_last = torch.allclose(p.grad, dict(last.named_parameters())[name].grad,
-                                           rtol=1e-4, atol=1e-6)
-                return _fail(f"{n} 个微批次：{name} 的梯度" + (
-                    f"大约是大批次的 {ratio:.2f} 倍——每个微批次的损失要除以 {n}"
-                    if abs(ratio - n) < 0.05 else "只剩最后一个微批次的：中途不要清梯度，"
-                    "让 backward 把各微批次的梯度累加起来" if only_last else "与大批次不同"))
+            if not torch.allclose(p.grad, prior + q.grad, rtol=1e-4, atol=1e-6):
+                return _fail(f"{n} 个微批次：{name} 的梯度" + _accumulate_hint(
+                    p.grad, prior, q.grad, micro, n, name))
     return _ok()
+
+
+def _accumulate_hint(grad, prior, want, micro, n: int, name: str) -> str:
+    """累积出的梯度错在哪：没除以 n、中途清了梯度、一开始就清了梯度，或说不出来。"""
+    last = _tiny_model()                                   # 只算最后一个微批次
+    (last(*micro[-1])[1] / n).backward()
+    only_last = dict(last.named_parameters())[name].grad
+    ratio = ((grad - prior).norm() / want.norm()).item()
+    if abs(ratio - n) < 0.05:
+        return f"大约是大批次的 {ratio:.2f} 倍——每个微批次的损失要除以 {n}"
+    if torch.allclose(grad, only_last, rtol=1e-4, atol=1e-6):
+        return "只剩最后一个微批次的：中途不要清梯度，让 backward 把各微批次的梯度累加起来"
+    if torch.allclose(grad, want, rtol=1e-4, atol=1e-6):
+        return ("丢掉了调用前已有的梯度：不要 zero_grad()。这个函数只管往 .grad 上累加，"
+                "清梯度是训练循环在每一步开始时做的事")
+    return "与大批次不同"
 
 
 @exercise

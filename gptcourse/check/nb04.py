@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from ..acceptance import distinct_n
 from ..evaluate import metrics_from_loss
 from ..verse import poem_form
-from ._common import _compare, _fail, _got, _ok, choice, exercise, register, results  # noqa: F401
+from ._common import _call, _compare, _fail, _got, _ok, choice, exercise, register, results  # noqa: F401
 
 EXERCISES = ("bits_from_loss", "perplexity_from_loss", "guess_ledger", "guess_zigzag",
              "form_checker", "rhyme_check", "guess_shuffled_tones", "future_leak_test",
@@ -191,6 +191,7 @@ def _rhyme_cases() -> dict[str, list[str]]:
     ze = [c for c in "去夜月雪落日鸟树" if tone(c) == "仄"]          # 只有仄声的字
     ze_rhyme = [p[:p.index("。") - 1] + ze[0] + p[p.index("。"):] for p in real[:40]]
     cases["仄声字做韵脚"] = [p for p in ze_rhyme if not check_rhyme(p).rhymes]
+    cases["末尾带换行的诗"] = [p + "\n" for p in lv[:10] + real[:10]]       # 题目允许末尾带换行
     return cases
 
 
@@ -225,8 +226,11 @@ def rhyme_check(fn) -> bool:
             want = check_rhyme(poem).rhymes
             if not isinstance(got, bool):
                 return _fail(f"rhyme_check({poem!r}) 应返回 True 或 False，收到 {got!r}")
+            if got != want and poem.endswith("\n") and _call(fn, poem[:-1])[0] == want:
+                return _fail(f"{name}：{poem.strip()}（末尾带换行）你的结果 {got}，应为 {want}；"
+                             "去掉换行就对了。先去掉末尾的换行（poem.strip()），再切句、取韵脚")
             if got != want:
-                    return _fail(f"{name}里的这首：{poem}\n  你的结果 {got}，应为 {want}。"
+                return _fail(f"{name}里的这首：{poem}\n  你的结果 {got}，应为 {want}。"
                              + _rhyme_hint(poem, got))
     return _ok()
 
@@ -283,13 +287,34 @@ _BOOT_CASES = [
     ([round(0.1 * ((7 * i) % 53) ** 1.5, 3) for i in range(60)], _mean),      # 偏斜的实数
     ([1.0] * 2 + [0.0] * 38, _mean),                                           # 接近 0 的比例
     ([((7 * i) % 5, 4 + i % 3) for i in range(70)], _ratio),                   # (成立, 可判断)
+    ([0.2, 0.9, 3.1, 4.7, 12.0, 6.3], _mean),        # n 很小：每轮少抽一个时区间宽约 5%，看得出
 ]
+
+
+def _drawn(items, stat, reps: int, seed: int, shape) -> tuple[float, float]:
+    """参考答案的抽法，但下标数组的形状由 ``shape(n, reps)`` 给出（认出抽错个数的错误用）。"""
+    idx = np.random.default_rng(seed).integers(0, len(items), shape(len(items), reps))
+    lo, hi = np.quantile([stat([items[j] for j in row]) for row in idx], [0.025, 0.975])
+    return float(lo), float(hi)
+
+
+_BOOT_SHAPES = (
+    (lambda n, reps: (reps, n - 1), "每一轮抽了 n − 1 个：要和原来一样抽 n 个（有放回），区间才对"),
+    (lambda n, reps: (n, reps),
+     "区间窄得多：下标数组的形状反了。应是 (reps, n)——每一行是一轮，抽 n 个；"
+     "(n, reps) 变成了 n 轮、每轮抽 reps 个"),
+)
 
 
 @exercise
 def bootstrap_interval(fn) -> bool:
     """练习：``fn(items, stat, reps, seed) -> (lo, hi)``，有放回重抽样的 95% 百分位区间。
     10000 轮时两端与参考答案相差不到区间宽度的 4% 就算对（别的抽法有蒙特卡洛误差）。"""
+    items, stat = _BOOT_CASES[-1]                   # 先看随机数是否全由 seed 决定（便宜的一组）
+    twice = [_got(fn, items, stat, 2000, 1, where="bootstrap_interval ") for _ in range(2)]
+    if repr(twice[0]) != repr(twice[1]):
+        return _fail("同一个 seed 算两次，区间不一样：随机数要全由参数 seed 决定，"
+                     "写 np.random.default_rng(seed)（不要不带种子，也不要用全局的随机数）")
     for items, stat in _BOOT_CASES:
         got = _got(fn, items, stat, 10000, 1, where="bootstrap_interval ")
         try:
@@ -297,11 +322,23 @@ def bootstrap_interval(fn) -> bool:
         except (TypeError, ValueError):
             return _fail(f"应返回 (下端, 上端) 两个数，收到 {got!r}")
         want_lo, want_hi = solution_bootstrap_interval(items, stat, 10000, 1)
-        if max(abs(lo - want_lo), abs(hi - want_hi)) <= 0.04 * (want_hi - want_lo):
+
+        def near(a, b, w=want_hi - want_lo):
+            return max(abs(a[0] - b[0]), abs(a[1] - b[1])) <= 0.04 * w
+
+        if near((lo, hi), (want_lo, want_hi)):
             continue
+        theta = stat(items)
+        shape = next((h for f, h in _BOOT_SHAPES
+                      if near((lo, hi), _drawn(items, stat, 10000, 1, f))), None)
         if abs(hi - lo) < 1e-9:
             hint = ("区间宽度是 0：重抽样要**有放回**（rng.integers），"
                     "不放回地重排每轮都是原来那组数")
+        elif shape:
+            hint = shape
+        elif near((lo, hi), (2 * theta - want_hi, 2 * theta - want_lo)):
+            hint = ("这是“基本”区间（2θ − 分位数，把分位数绕 θ 反射过来）：这里要的是百分位区间，"
+                    "直接取重抽样结果的第 2.5 和第 97.5 百分位")
         elif lo < 0 <= want_lo and stat is _mean:
             hint = ("下端小于 0：这是“均值 ± 1.96 × 标准误”的正态近似；比例接近 0 时它会越界，"
                     "要用重抽样结果的第 2.5 和第 97.5 百分位")

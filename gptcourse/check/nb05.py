@@ -47,14 +47,16 @@ def solution_quantize_rows(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]
     return q, scale
 
 
-def solution_fenming(line: str, pos=(1, 3, 5), both_as_ping=False, same=False
-                     ) -> list[bool | None]:
+def solution_fenming(line: str, pos=(1, 3, 5), both_as_ping=False, same=False,
+                     missing_as_ze=False) -> list[bool | None]:
     """二四六分明：第 2、4 字（七言再加第 4、6 字）平仄相反为 True，相同为 False，有“中”或表外的字
-    为 None。其余参数只给检查器模仿典型错误用（看错位置、把“中”当平、把“分明”当成相同）。"""
+    为 None。其余参数只给检查器模仿典型错误用（看错位置、把“中”当平、把“分明”当成相同、
+    把表外的字当仄）。"""
     from ..verse import tone
 
     ts = [tone(line[i]) for i in (pos[:2] if len(line) == 5 else pos)]    # 第 2、4、(6) 字
     ts = [("平" if t == "中" else t) if both_as_ping else t for t in ts]
+    ts = [t or "仄" for t in ts] if missing_as_ze else ts
     return [(a == b) == same if {a, b} <= {"平", "仄"} else None for a, b in zip(ts, ts[1:])]
 
 
@@ -347,9 +349,10 @@ def quantize_rows(fn) -> bool:
 _FENMING_MISTAKES = [                      # solution_fenming 模仿的典型错误 → 提示
     (dict(pos=(0, 2, 4)), "只看第 2、4、6 字（从 0 数是下标 1、3、5）：一三五不论"),
     (dict(pos=(0, 2, 4), same=True), "看的位置不对（一三五不论，下标是 1、3、5），"
-                                     "而且分明 = 平仄**相反**"),
-    (dict(both_as_ping=True), "有“中”（可平可仄）或表外的字时无法判断，应为 None"),
-    (dict(same=True), "分明 = 平仄**相反**才成立")]
+                                     "而且分明 = 平仄相反"),
+    (dict(both_as_ping=True), "有“中”（可平可仄）的字时无法判断，应为 None，不要当成平声"),
+    (dict(missing_as_ze=True), "表外的字（tone 返回 None）无法判断，应为 None，不要当成仄声"),
+    (dict(same=True), "分明 = 平仄相反才成立")]
 
 
 @exercise
@@ -360,25 +363,35 @@ def fenming(fn) -> bool:
 
     real = [p for p in poems(load_corpus("tang_jinti").val) if poem_form(p)][:200]
     for name, group in (("真诗", real), ("字序打乱的对照组", shuffle_chars(real, seed=2))):
+        lines = []                                              # (这一句, 应得的结果)
         for poem in group:
             rules = check_tones(poem)
             for i, line in enumerate(split_lines(poem)[0]):
                 pos = (1, 3) if len(line) == 5 else (1, 3, 5)
-                want = [rules[f"第{i + 1}句第{a + 1}、{b + 1}字分明"] for a, b in zip(pos, pos[1:])]
-                got = _got(fn, line, where=f"fenming({line!r}) ")
-                if isinstance(got, tuple):
-                    got = list(got)
-                if got == want:
-                    continue
-                tones = "".join(tone(c) or "？" for c in line)
-                hint = ("五言有 1 对（第 2、4 字），七言有 2 对（第 2、4 字和第 4、6 字），"
-                        f"这句应有 {len(want)} 个结果")
-                if isinstance(got, list) and len(got) == len(want):
-                    hint = next((h for kw, h in _FENMING_MISTAKES
-                                 if got == solution_fenming(line, **kw)), "")
-                return _fail(f"{name}：fenming({line!r})（平仄 {tones}）应为 {want}，收到 {got!r}"
-                             + (f"。{hint}" if hint else ""))
+                lines.append((line, [rules[f"第{i + 1}句第{a + 1}、{b + 1}字分明"]
+                                     for a, b in zip(pos, pos[1:])]))
+        for k, (line, want) in enumerate(lines):
+            got = _got(fn, line, where=f"fenming({line!r}) ")
+            if isinstance(got, tuple):
+                got = list(got)
+            if got == want:
+                continue
+            tones = "".join(tone(c) or "？" for c in line)
+            hint = ("五言有 1 对（第 2、4 字），七言有 2 对（第 2、4 字和第 4、6 字），"
+                    f"这句应有 {len(want)} 个结果")
+            if isinstance(got, list) and len(got) == len(want):
+                hint = _fenming_hint(fn, [ln for ln, _ in lines[:k + 40]])
+            return _fail(f"{name}：fenming({line!r})（平仄 {tones}）应为 {want}，收到 {got!r}"
+                         + (f"。{hint}" if hint else ""))
     return _ok()
+
+
+def _fenming_hint(fn, lines: list[str]) -> str:
+    """哪一种典型错误在这些句子上都与学员的结果相同，就说出它；一句上的巧合不算（空串）。"""
+    got = [_call(fn, line)[0] for line in lines]
+    got = [list(g) if isinstance(g, tuple) else g for g in got]
+    return next((h for kw, h in _FENMING_MISTAKES
+                 if all(g == solution_fenming(ln, **kw) for ln, g in zip(lines, got))), "")
 
 
 # ---------------------------------------------------------------- 第 6 节：押韵的掩码
@@ -398,6 +411,8 @@ def _rhyme_variant(tok, feet: str, first: str, kind: str) -> torch.Tensor:
     chain = feet[:1] if kind == "first group" else feet[-1:] if kind == "last group" else feet
     for c in chain:
         groups &= set(ping_groups(c))
+    if kind == "union" and feet:
+        groups = set().union(*(ping_groups(c) for c in feet))
     used = {"no repeat": set(), "first line": set(feet)}.get(kind, set(feet) | set(first))
     pieces = [tok.decode([i]) for i in range(tok.vocab_size)]
     if kind == "tone":
@@ -414,6 +429,7 @@ _RHYME_HINTS = {
     "first group": "只用了第一个韵脚的韵部：多音字（如“行”属于七阳和八庚）的韵部要和后面每一个韵脚"
                    "取交集",
     "last group": "只用了最后一个韵脚的韵部：要和前面每一个韵脚的韵部都取交集",
+    "union": "各韵脚的韵部取了并集：要取交集——下一个韵脚得和前面每一个韵脚同属一个韵部",
 }
 
 
@@ -423,19 +439,23 @@ def rhyme_mask(fn) -> bool:
     from ..tokenizer import CharTokenizer
 
     tok = CharTokenizer.from_text(_RHYME_TEXT)
+    runs = []                                                   # (feet, first, 你的掩码)
     for feet, first in _RHYME_CASES:
         got = _got(fn, tok, feet, first, where=f"rhyme_mask(tok, {feet!r}, {first!r}) ")
         want = _rhyme_variant(tok, feet, first, "right")
         if not isinstance(got, torch.Tensor) or got.shape != want.shape:
             return _fail(f"rhyme_mask(tok, {feet!r}, {first!r}) 应返回形状 {tuple(want.shape)} 的"
                          f"布尔张量，收到 {getattr(got, 'shape', type(got).__name__)}")
-        got = got.bool()
+        runs.append((feet, first, got.bool()))
+    for feet, first, got in runs:
+        want = _rhyme_variant(tok, feet, first, "right")
         if torch.equal(got, want):
             continue
         extra = "".join(tok.decode([i]) for i in torch.nonzero(got & ~want).flatten().tolist())
         missing = "".join(tok.decode([i]) for i in torch.nonzero(want & ~got).flatten().tolist())
-        hint = next((h for kind, h in _RHYME_HINTS.items()
-                     if torch.equal(got, _rhyme_variant(tok, feet, first, kind))), "")
+        hint = next((h for kind, h in _RHYME_HINTS.items()         # 每个输入都对得上才点名
+                     if all(torch.equal(g, _rhyme_variant(tok, f, s, kind)) for f, s, g in runs)),
+                    "")
         said = [f"不该允许 {extra!r}" if extra else "", f"漏了 {missing!r}" if missing else ""]
         return _fail(f"韵脚 {feet or '（还没有）'}、首句末字 {first or '（还没有）'}："
                      + "；".join(x for x in said if x) + (f"。{hint}" if hint else ""))
