@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import tempfile
 import textwrap
@@ -503,17 +504,32 @@ def test_messages_come_from_the_checker_format():
     assert len(clean_message(False, "还不对：" + "长" * 1000)) < 310
 
 
-def test_classmates_folder_is_hidden_inside_the_repo():
-    """作业放在仓库里时，沙箱里那个目录换成空目录（看不到同学的作业）。"""
-    hw = ROOT / "作业"
-    cmd = sandbox.bwrap_command(["true"], Path("/tmp/scratch"), hide=[hw, ROOT])
-    tmpfs = [j for j, a in enumerate(cmd) if a == "--tmpfs"]
-    hidden = next(j for j in tmpfs if cmd[j + 1] == str(hw.resolve()))
-    root_bind = next(j for j, a in enumerate(cmd) if a == "--ro-bind" and cmd[j + 1] ==
-                     str(ROOT.resolve()))
-    assert root_bind < hidden                          # 先挂上仓库，再把作业目录盖成空目录
-    assert str(ROOT) not in [cmd[j + 1] for j, a in enumerate(cmd) if a == "--tmpfs"]
+def test_only_the_course_parts_of_the_repo_are_mounted():
+    """老师在仓库根目录下评分（F4）：沙箱只挂课程包、数据与文档，不挂仓库本身——别的章节的作业、
+    旧成绩册、反馈页和 .git（里面有教师版的答案）都看不到。"""
+    cmd = sandbox.bwrap_command(["true"], Path("/tmp/scratch"), hide=[ROOT / "作业"])
+    binds = {cmd[j + 1] for j, a in enumerate(cmd) if a == "--ro-bind"}
+    assert str(ROOT.resolve()) not in binds
+    assert {str((ROOT / p).resolve()) for p in ("gptcourse", "data")} <= binds
+    assert not any(b == str((ROOT / ".git").resolve()) or b.startswith(str(ROOT / "作业"))
+                   for b in binds)
     assert cmd[cmd.index("--uid") + 1] == "65534" and "--unshare-all" in cmd
+
+
+def test_the_repo_root_its_git_and_a_gradebook_are_invisible_inside_the_sandbox(tmp_path):
+    """真的在沙箱里看一眼：仓库根目录下老师的成绩册、.git 都不在；课程包与检查点在。"""
+    _require_sandbox()
+    book = ROOT / "成绩册-沙箱测试.csv"
+    book.write_text("学号,得分\n3001,20\n", encoding="utf-8")
+    try:
+        names = (".git", book.name, "gptcourse/model.py", "data/checkpoints/course.pt")
+        probe = ("import os, sys; print([os.path.exists(os.path.join(sys.argv[1], p)) "
+                 f"for p in {names!r}])")
+        cmd = sandbox.bwrap_command([sys.executable, "-c", probe, str(ROOT)], tmp_path)
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+        assert out.stdout.strip() == "[False, False, True, True]", out.stderr
+    finally:
+        book.unlink()
 
 
 def test_a_repo_under_tmp_stays_visible_above_the_private_tmp(monkeypatch):

@@ -75,12 +75,18 @@ def _base_args() -> list[str]:
             "--cap-drop", "ALL", "--die-with-parent", "--new-session"]
 
 
+# 课程仓库里评分要用的部分。不挂整个仓库：老师常在仓库根目录下评分，那里有别的章节的作业、
+# 旧成绩册、反馈页，还有 .git（里面有教师版的答案）——这些一概不进沙箱。
+COURSE_PARTS = ("gptcourse", "gptcourse_kit", "data", "docs")
+
+
 def _readable_roots() -> tuple[list[Path], list[tuple[str, str]]]:
-    """沙箱里只读可见的目录（系统目录、Python 的安装位置、其中的 sys.path 目录、课程仓库），
+    """沙箱里只读可见的目录（系统目录、Python 的安装位置、其中的 sys.path 目录、课程包与数据），
     以及要照原样重建的符号链接（合并了 /usr 的系统上 /bin、/lib… 都是链接）。"""
     candidates = [Path(p) for p in ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64",
                                     "/libx32", "/etc")]
-    python = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent, ROOT]
+    python = [Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).parent,
+              *(ROOT / part for part in COURSE_PARTS)]
     candidates += python
     # sys.path 上只取 Python 与课程包之内的目录：在 ``python -m`` 下 sys.path[0] 是老师的当前
     # 目录（旧成绩册、别的章节的作业），``$HOME`` 也可能在上面——这些都不挂进沙箱
