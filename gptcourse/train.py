@@ -10,8 +10,9 @@
 同时检查有没有 NaN/inf（发散时抛出 :class:`TrainingDiverged`）；``compile=True`` 用
 ``torch.compile``，第一步编译失败就退回普通模式并说明原因。实测见 docs/benchmarks.md。
 
-训练前后的两件事也在这里，命令行 ``python -m gptcourse train`` 用的就是它们：语料 → 训练与验证的
-数据（:func:`training_splits`），以及一次训练写出的检查点与最后的总结（:class:`Checkpoints`）。
+训练用的数据（:func:`gptcourse.titled.training_splits`，这里也能用）在 :mod:`gptcourse.titled`；
+一次训练写出的检查点与最后的总结（:class:`Checkpoints`，命令行 ``python -m gptcourse train``
+用它）在这里。
 """
 from __future__ import annotations
 
@@ -29,14 +30,14 @@ from tqdm.auto import tqdm
 
 from . import checkpoint
 from . import distributed as dist_utils
-from .data import Corpus, get_batch, poem_starts
+from .data import get_batch
 from .errors import UserError
 from .model import GPT, eval_mode
 from .objectives import Objective, WithObjectives
 from .optim import OPTIMIZERS, cosine_lr, lr_at, make_optimizer, param_groups
 from .precision import BF16_MODES, Bf16Weights, resolve_bf16
-from .titled import encode as encode_titled
-from .titled import rows as titled_rows
+from .runtime import available_memory
+from .titled import training_splits  # noqa: F401  （gc.train.training_splits 也能用）
 
 # 尺寸的硬上限（再大的值只会是笔误）；内存够不够另由 check_memory 按模型与机器估计
 MAX_SIZES = {"batch_size": 2**16, "grad_accum": 2**12, "eval_batches": 10**4}
@@ -103,19 +104,6 @@ def tokens_per_step(cfg: TrainConfig, block_size: int) -> int:
     """一步训练看多少个词元：批次 × 窗口长度 × 微批次数 × 进程数。"""
     return cfg.batch_size * block_size * cfg.grad_accum * dist_utils.world_size()
 
-
-def available_memory(device: torch.device) -> int | None:
-    """这台机器（或这块 GPU）现在还能用的内存字节数；不知道时 None。"""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
 
 
 def step_bytes(cfg: "TrainConfig", config) -> int:
@@ -460,55 +448,7 @@ def _add_heads(optimizer, objectives, weight_decay: float) -> None:
             optimizer.add_param_group(group)
 
 
-# ---------------------------------------------------------------- 训练的数据与训练写出的文件
-WINDOWS = ("poem", "random")      # 训练窗口的起点：每首诗前的换行符（默认），或任意位置
-UNTITLED_EVERY = 2                # 以题作诗时每几首里有一首不带题目（0 = 全带题目）
-
-
-@dataclass(frozen=True)
-class TrainingData:
-    """:func:`train` 要的数据：``ids`` {划分: id 序列}；``targets`` 以题作诗时的目标序列（题目的
-    位置是 −1），否则 None；``starts`` 按诗对齐时每个划分的窗口起点，否则 None（任意位置）。"""
-    ids: dict[str, torch.Tensor]
-    targets: dict[str, torch.Tensor] | None = None
-    starts: dict[str, torch.Tensor] | None = None
-
-
-def check_titled(corpus: str, titled: bool, untitled_every: int = UNTITLED_EVERY) -> None:
-    """以题作诗只用于 tang_jinti（题目来自 data/tang_jinti_meta.tsv），untitled_every ≥ 0。"""
-    if titled and corpus != "tang_jinti":
-        raise UserError("--titled 只用于 tang_jinti（题目来自 data/tang_jinti_meta.tsv）")
-    if titled and untitled_every < 0:
-        raise UserError(f"--untitled-every 必须 ≥ 0，收到 {untitled_every}")
-
-
-def training_splits(corpus: Corpus, tok, block_size: int, windows: str = WINDOWS[0],
-                    titled: bool = False, untitled_every: int = UNTITLED_EVERY) -> TrainingData:
-    """语料 → 训练与验证的数据（命令行 ``train`` 用的就是这一处）。
-
-    训练集严格编码（词表就是从它来的）；验证集里词表外的字记为 <unk>。``titled=True``：以题作诗，
-    训练集是 ``《题》正文``（每 ``untitled_every`` 首有一首不带题目，见
-    :func:`gptcourse.titled.encode`），验证集只用训练集里没有的题目。``windows="poem"``：窗口只从
-    每首诗前的换行符开始（与生成时一致，见 :func:`gptcourse.data.poem_starts`）；``"random"``：
-    任意位置。"""
-    if windows not in WINDOWS:
-        raise UserError(f"windows 只能是 {' 或 '.join(WINDOWS)}，收到 {windows!r}")
-    check_titled(corpus.name, titled, untitled_every)
-    targets = None
-    if titled:                                  # 《题》正文，题目那几个位置不算损失
-        train_ids, train_y = encode_titled(titled_rows("train"), tok,
-                                           untitled_every=untitled_every)
-        val_ids, val_y = encode_titled(titled_rows("val"), tok, errors="unk")
-        targets = {"train": train_y, "val": val_y}
-    else:
-        train_ids = torch.tensor(tok.encode(corpus.train), dtype=torch.long)
-        val_ids = torch.tensor(tok.encode(corpus.val, errors="unk"), dtype=torch.long)
-    ids = {"train": train_ids, "val": val_ids}
-    starts = None if windows == "random" else \
-        {name: poem_starts(v, tok.eos_id, block_size) for name, v in ids.items()}
-    return TrainingData(ids, targets, starts)
-
-
+# ---------------------------------------------------------------- 一次训练写出的文件
 class Checkpoints:
     """一次训练写出的检查点（命令行 ``train`` 用它；笔记本也可以）::
 
