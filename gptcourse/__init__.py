@@ -14,7 +14,7 @@
     L0 runtime errors config                       基础：种子、设备、路径、错误类型、配置
     L1 verse titles tokenizer bpe data titled      文字与数据
     L2 rope model                                  模型
-    L3 precision distributed objectives train checkpoint   训练与存储
+    L3 precision distributed objectives optim train checkpoint   训练与存储
     L4 sampling constraints fastdecode generate evaluate acceptance quantize rhyme_probe machine
                                                    推理、评估与本机
     L5 release export                              发布设置、导出到 Hugging Face
@@ -45,7 +45,7 @@ LAYERS: dict[str, tuple[str, ...]] = {
     "L0": ("runtime", "errors", "config"),
     "L1": ("verse", "titles", "tokenizer", "bpe", "data", "titled"),
     "L2": ("rope", "model"),
-    "L3": ("precision", "distributed", "objectives", "train", "checkpoint"),
+    "L3": ("precision", "distributed", "objectives", "optim", "train", "checkpoint"),
     "L4": ("sampling", "constraints", "fastdecode", "generate", "evaluate", "acceptance",
            "quantize", "rhyme_probe", "machine"),
     "L5": ("release", "export"),
@@ -77,6 +77,7 @@ if TYPE_CHECKING:  # 让编辑器与类型检查器看得见 gc.<模块>
         mistakes,
         model,
         objectives,
+        optim,
         precision,
         quantize,
         release,

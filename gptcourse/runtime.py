@@ -1,4 +1,4 @@
-"""运行环境：随机种子、设备、快速模式与路径（最底层：只导入 errors）。"""
+"""运行环境：随机种子、设备（与它还剩多少内存）、快速模式与路径（最底层：只导入 errors）。"""
 from __future__ import annotations
 
 import os
@@ -56,3 +56,17 @@ def get_device(prefer: str | None = None) -> torch.device:
 
 def _mps_available() -> bool:
     return getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available()
+
+
+def available_memory(device: torch.device) -> int | None:
+    """这台机器（或这块 GPU）现在还能用的内存字节数；不知道时 None。"""
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None

@@ -1,17 +1,20 @@
-"""训练循环：AdamW 参数分组（或让各层的矩阵用 Muon）、预热 + 余弦衰减、梯度裁剪、梯度累积、
-估计损失、进度条。
+"""训练循环：取批次、前向、反向、裁剪、step，定时评估与记录（:func:`train`）。
 
 一步训练的顺序：前向 → 损失 → zero_grad(set_to_none) → 反向 → 裁剪 → step。
 同一台机器、同一个种子 → 同一条损失曲线（按步数计预算时；bf16="auto" 只看硬件能力，
 见 :mod:`gptcourse.precision`）。第 s 步的批次只由 (seed, s, rank) 决定，所以"训练一半、
 存盘、读回、再训练一半"与一口气训完取到完全相同的批次。
 
+权重怎么更新（参数分组、AdamW / Muon、预热 + 余弦衰减）在 :mod:`gptcourse.optim`；训练用的数据
+（:func:`gptcourse.titled.training_splits`）在 :mod:`gptcourse.titled`。这两处的名字在这里也能用
+（``gc.train.lr_at``、``gc.train.training_splits`` ……），定义只有一份。
+
 速度：损失与梯度范数先留在设备上，每 ``log_interval`` 步（以及评估前、结束时）才取回一次，
 同时检查有没有 NaN/inf（发散时抛出 :class:`TrainingDiverged`）；``compile=True`` 用
 ``torch.compile``，第一步编译失败就退回普通模式并说明原因。实测见 docs/benchmarks.md。
 
-训练前后的两件事也在这里，命令行 ``python -m gptcourse train`` 用的就是它们：语料 → 训练与验证的
-数据（:func:`training_splits`），以及一次训练写出的检查点与最后的总结（:class:`Checkpoints`）。
+一次训练写出的检查点与最后的总结（:class:`Checkpoints`，命令行 ``python -m gptcourse train``
+用它）也在这里。
 """
 from __future__ import annotations
 
@@ -29,13 +32,14 @@ from tqdm.auto import tqdm
 
 from . import checkpoint
 from . import distributed as dist_utils
-from .data import Corpus, get_batch, poem_starts
+from .data import get_batch
 from .errors import UserError
 from .model import GPT, eval_mode
 from .objectives import Objective, WithObjectives
+from .optim import OPTIMIZERS, cosine_lr, lr_at, make_optimizer, param_groups
 from .precision import BF16_MODES, Bf16Weights, resolve_bf16
-from .titled import encode as encode_titled
-from .titled import rows as titled_rows
+from .runtime import available_memory
+from .titled import training_splits  # noqa: F401  （gc.train.training_splits 也能用）
 
 # 尺寸的硬上限（再大的值只会是笔误）；内存够不够另由 check_memory 按模型与机器估计
 MAX_SIZES = {"batch_size": 2**16, "grad_accum": 2**12, "eval_batches": 10**4}
@@ -103,20 +107,6 @@ def tokens_per_step(cfg: TrainConfig, block_size: int) -> int:
     return cfg.batch_size * block_size * cfg.grad_accum * dist_utils.world_size()
 
 
-def available_memory(device: torch.device) -> int | None:
-    """这台机器（或这块 GPU）现在还能用的内存字节数；不知道时 None。"""
-    if device.type == "cuda":
-        return torch.cuda.mem_get_info(device)[0]
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return None
-
-
 def step_bytes(cfg: "TrainConfig", config) -> int:
     """一步训练大约要多少字节（估计，偏大）：一个微批次的 logits 与它的梯度、每层的激活、
     注意力分数，加上一步的 grad_accum 个微批次的 id。"""
@@ -145,102 +135,6 @@ class TrainingDiverged(RuntimeError):
         self.step, self.loss, self.history = step, loss, history
         super().__init__(f"训练在第 {step} 步发散：损失 = {loss}（学习率 {lr:.3g}）。通常是学习率"
                          f"太大或预热太短，请调低 lr 或加长 warmup_steps")
-
-
-def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
-    """维度 ≥ 2 的张量（矩阵、嵌入）做权重衰减；偏置与归一化的 γ 不做。"""
-    params = [p for p in model.parameters() if p.requires_grad]       # 共享的张量只出现一次
-    decay = [p for p in params if p.dim() >= 2]
-    no_decay = [p for p in params if p.dim() < 2]
-    return [{"params": decay, "weight_decay": weight_decay},
-            {"params": no_decay, "weight_decay": 0.0}]
-
-
-def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.1,
-                   betas=(0.9, 0.95), kind: str = "adamw") -> torch.optim.Optimizer:
-    if kind == "muon":
-        return MuonAdamW(model, lr, weight_decay, betas)
-    return torch.optim.AdamW(param_groups(model, weight_decay), lr=lr, betas=betas)
-
-
-OPTIMIZERS = ("adamw", "muon")
-
-
-class MuonAdamW:
-    """Muon 管各层里的矩阵（注意力与 MLP 的权重：把每一步的更新正交化），AdamW 管其余的
-    （嵌入 / 输出头这个共享的大矩阵、归一化的 γ，以及训练时加进来的辅助头）。
-
-    ``torch.optim.Muon`` 用 ``adjust_lr_fn="match_rms_adamw"``：更新的均方根与 AdamW 相当，
-    所以两部分用同一个学习率和同一条日程。对外像一个优化器：``param_groups`` 是两部分的组连在一起
-    （Muon 在前），``state_dict`` 的参数编号也连着排，检查点与续训照常。"""
-
-    def __init__(self, model: torch.nn.Module, lr: float, weight_decay: float, betas):
-        embedding = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding)
-                     for p in m.parameters()}
-        params = [p for p in model.parameters() if p.requires_grad]
-        matrices = [p for p in params if p.dim() == 2 and id(p) not in embedding]
-        inside = {id(p) for p in matrices}
-        rest = [p for p in params if id(p) not in inside]
-        self.muon = torch.optim.Muon(matrices, lr=lr, weight_decay=weight_decay,
-                                     adjust_lr_fn="match_rms_adamw")
-        self.adamw = torch.optim.AdamW(
-            [{"params": [p for p in rest if p.dim() >= 2], "weight_decay": weight_decay},
-             {"params": [p for p in rest if p.dim() < 2], "weight_decay": 0.0}],
-            lr=lr, betas=betas)
-        self.parts = (self.muon, self.adamw)
-
-    @property
-    def param_groups(self) -> list[dict]:
-        return [g for o in self.parts for g in o.param_groups]
-
-    def add_param_group(self, group: dict) -> None:                  # 辅助头：交给 AdamW
-        self.adamw.add_param_group(group)
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for o in self.parts:
-            o.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        for o in self.parts:
-            o.step()
-
-    def state_dict(self) -> dict:
-        """与单个优化器同样的格式：参数编号在两部分之间连着排。"""
-        out, offset = {"state": {}, "param_groups": []}, 0
-        for o in self.parts:
-            sd = o.state_dict()
-            out["state"] |= {i + offset: st for i, st in sd["state"].items()}
-            out["param_groups"] += [{**g, "params": [i + offset for i in g["params"]]}
-                                    for g in sd["param_groups"]]
-            offset += sum(len(g["params"]) for g in o.param_groups)
-        return out
-
-    def load_state_dict(self, saved: dict) -> None:
-        groups, offset = list(saved["param_groups"]), 0
-        for o in self.parts:
-            mine, groups = groups[:len(o.param_groups)], groups[len(o.param_groups):]
-            n = sum(len(g["params"]) for g in mine)
-            o.load_state_dict({
-                "state": {i - offset: st for i, st in saved["state"].items()
-                          if offset <= i < offset + n},
-                "param_groups": [{**g, "params": [i - offset for i in g["params"]]}
-                                 for g in mine]})
-            offset += n
-
-
-def cosine_lr(frac: float, max_lr: float, min_lr_ratio: float = 0.1) -> float:
-    """余弦衰减：frac = 0 时是 max_lr，frac ≥ 1 时停在地板 max_lr × min_lr_ratio。"""
-    frac = min(max(frac, 0.0), 1.0)
-    min_lr = max_lr * min_lr_ratio
-    return min_lr + 0.5 * (1 + math.cos(math.pi * frac)) * (max_lr - min_lr)
-
-
-def lr_at(step: float, max_lr: float, warmup: float, total: float,
-          min_lr_ratio: float = 0.1) -> float:
-    """第 step 步（从 0 数）的学习率：线性预热到 max_lr，再余弦衰减到 max_lr × min_lr_ratio。"""
-    if step < warmup:
-        return max_lr * (step + 1) / (warmup + 1)
-    return cosine_lr((step - warmup) / max(1e-9, total - warmup), max_lr, min_lr_ratio)
 
 
 def batch_generator(seed: int, step: int, rank: int = 0) -> torch.Generator:
@@ -382,125 +276,181 @@ def train(model: GPT, train_data: torch.Tensor, val_data: torch.Tensor | None, c
     在 torchrun 下自动用 DistributedDataParallel：每个进程取不同的批次，只有 0 号进程评估与记录。
     损失或梯度范数出现 NaN/inf 时抛出 :class:`TrainingDiverged`（最多晚 log_interval 步发现）。
     """
-    device = next(model.parameters()).device
-    check_memory(cfg, model.config, device)                       # 分配之前：批次放得下吗
-    rank, world = dist_utils.rank(), dist_utils.world_size()
-    objectives = tuple(o.to(device) for o in objectives)
-    optimizer = optimizer or make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas,
-                                            cfg.optimizer)
-    _add_heads(optimizer, objectives, cfg.weight_decay)
     history = history if history is not None else History()
-    use_bf16, reason = resolve_bf16(cfg.bf16, device)
-    shadow = Bf16Weights(model) if use_bf16 and cfg.bf16_mode == "weights" else None
-    if shadow is not None and (world > 1 or objectives):
-        raise UserError("bf16_mode='weights' 还不支持多进程（DDP）和辅助目标，请用 'autocast'")
-    amp = torch.autocast(device.type, dtype=torch.bfloat16,
-                         enabled=use_bf16 and shadow is None)
-    with_heads = WithObjectives(model, list(objectives))  # (x, y, *标签) → (各项损失, 总损失)
-    base = dist_utils.wrap(with_heads if objectives else shadow.low if shadow else model)
-    forward, compiled = maybe_compile(base, cfg.compile)
-    history.info = {"bf16": use_bf16, "bf16_reason": reason,
-                    "bf16_mode": cfg.bf16_mode if use_bf16 else None, "compiled": compiled}
-    if rank == 0 and cfg.compile:               # bf16 的决定与理由在 history.info（命令行会打印）
-        _say(f"编译：{compiled}")
-    T = model.config.block_size
+    run = _Run(model, cfg, optimizer, objectives, history)     # 优化器、bf16、编译、辅助头
+    T, rank = model.config.block_size, dist_utils.rank()
     splits = {"train": train_data} | ({"val": val_data} if val_data is not None else {})
-    _check_labels(objectives, splits)
+    _check_labels(run.objectives, splits)
     total = cfg.max_steps if cfg.max_steps is not None else 10**9
     end = min(total, stop_step) if stop_step is not None else total
     budget_s = cfg.max_minutes * 60 if cfg.max_minutes is not None else None
-    per_step = tokens_per_step(cfg, T)
-    bar = tqdm(total=cfg.max_steps, initial=start_step, disable=not cfg.progress or rank != 0,
-               desc="训练", unit="步", dynamic_ncols=True)
-    best = min((e["val"] for e in history.evals if "val" in e), default=float("inf"))
-    t_start, t_warm, elapsed = time.perf_counter(), None, 0.0     # t_warm：预热结束的时刻
-    pending: list[tuple] = []                   # 还没取回的 (step, 损失, lr, 范数)，都在设备上
-    t_mark = time.perf_counter()                # 这一段（上次取回之后）开始的时刻
-
-    def flush():                                # 一次主机同步：把 pending 写进 history
-        nonlocal t_mark
-        if not pending:
-            return
-        values = torch.stack([torch.cat([lo.reshape(-1), no.double().reshape(1)])
-                              for _, lo, _, no in pending]).tolist()
-        tps = per_step * len(pending) / max(1e-9, time.perf_counter() - t_mark)
-        for (s, _, lr_, _), (lo, *aux, no) in zip(pending, values):
-            history.steps.append({"step": s, "loss": lo, "lr": lr_, "grad_norm": no,
-                                  "tokens_per_s": tps,
-                                  **({"aux": dict(zip(names, aux))} if names else {})})
-            if not (math.isfinite(lo) and math.isfinite(no)):
-                pending.clear()
-                bar.close()
-                raise TrainingDiverged(s, lo if not math.isfinite(lo) else no, lr_, history)
-        pending.clear()
-        row = history.steps[-1]
-        bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{tps:,.0f}")
-        t_mark = time.perf_counter()
-
-    names = [o.name for o in objectives]
+    schedule = _Schedule(cfg, total, budget_s)
+    log = _Log(history, cfg, start_step, run.objectives, tokens_per_step(cfg, T))
+    t_start, elapsed = time.perf_counter(), 0.0
     step, stop = start_step, start_step >= end
     model.train()
-    for o in objectives:
+    for o in run.objectives:
         o.train()
     while not stop:
-        if budget_s is None or step < cfg.warmup_steps:
-            lr = lr_at(step, cfg.lr, cfg.warmup_steps, total, cfg.min_lr_ratio)
-        else:                                                        # 按时间计预算的余弦段
-            t_warm = elapsed if t_warm is None else t_warm
-            lr = cosine_lr((elapsed - t_warm) / max(1e-9, budget_s - t_warm),
-                           cfg.lr, cfg.min_lr_ratio)
-        for group in optimizer.param_groups:
+        lr = schedule(step, elapsed)                            # 预热 + 余弦（见 optim.lr_at）
+        for group in run.optimizer.param_groups:
             group["lr"] = lr
-        gens = [batch_generator(cfg.seed, step, rank) for _ in range(1 + len(objectives))]
-        batches = _batches(train_data, "train", gens, cfg.grad_accum, cfg.batch_size, T, device,
-                           starts, targets, objectives)             # 每个进程、每一步各不相同
-        try:
-            loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow,
-                               objectives)
-        except Exception as e:                  # 只有编译出的模块第一次运行时才退回普通模式
-            if forward is base or step != start_step:
-                raise
-            why = " ".join(str(e).split())[:200]         # 一行：torch 的报错常有好几行
-            forward, history.info["compiled"] = base, (
-                f"torch.compile 第一步失败（{type(e).__name__}: {why}），改用普通模式")
-            _say(history.info["compiled"])
-            loss, norm = _step(model, optimizer, batches, cfg.grad_clip, amp, forward, shadow,
-                               objectives)
+        gens = [batch_generator(cfg.seed, step, rank) for _ in range(1 + len(run.objectives))]
+        batches = _batches(train_data, "train", gens, cfg.grad_accum, cfg.batch_size, T,
+                           run.device, starts, targets, run.objectives)   # 每个进程、每一步各不相同
+        loss, norm = run.step(batches, first=step == start_step)   # 损失与范数留在设备上
         step += 1
-        pending.append((step, loss, lr, norm))
-        bar.update(1)
+        log.add(step, loss, lr, norm)
         stop = step >= end
         if budget_s is not None:               # 所有进程用 0 号进程的时钟：学习率与停止一致
             elapsed = dist_utils.from_rank0(time.perf_counter() - t_start)
             stop = stop or elapsed >= budget_s
         at_eval = step % cfg.eval_interval == 0 or stop
         if at_eval or step % cfg.log_interval == 0:                   # 各进程在同样的步取回
-            flush()
-        evaluate = rank == 0 and at_eval
-        if evaluate:
-            losses = estimate_loss(model, splits, cfg.batch_size, T, cfg.eval_batches,
-                                   starts=starts, targets=targets)
-            if objectives and val_data is not None:
-                losses |= estimate_objectives(with_heads, val_data, cfg.batch_size,
-                                              cfg.eval_batches, starts=starts, targets=targets)
-            history.evals.append({"step": step, **losses,
-                                  "elapsed_s": time.perf_counter() - t_start})
-            if not all(math.isfinite(v) for v in losses.values()):
-                bar.close()
-                raise TrainingDiverged(step, next(v for v in losses.values()
-                                                  if not math.isfinite(v)), lr, history)
-            is_best = "val" in losses and losses["val"] < best
-            best = min(best, losses.get("val", best))
-            if cfg.progress:
-                bar.write(f"step {step:5d} | "
-                          + " | ".join(f"{k} {v:.4f}" for k, v in losses.items()))
+            log.flush()
+        if rank == 0 and at_eval:
+            losses = run.evaluate(splits, starts, targets)
+            is_best = log.evaluated(step, losses, lr, time.perf_counter() - t_start)
             if on_eval is not None:
                 on_eval(step, losses.get("val"), is_best)
             for fn in callbacks:
                 fn(step, model, history)
-            t_mark = time.perf_counter()        # 评估的时间不算进训练吞吐
-    bar.close()
+            log.restart()                       # 评估的时间不算进训练吞吐
+    log.close()
     return history
+
+
+# ---------------------------------------------------------------- train() 的零件
+class _Run:
+    """train() 开始前的准备，以及之后每一步、每次评估都要用的东西：检查内存，把辅助头放进优化器，
+    决定 bf16（autocast 或 bf16 权重副本）与要不要 torch.compile，记进 ``history.info``。"""
+
+    def __init__(self, model: GPT, cfg: TrainConfig, optimizer, objectives, history: History):
+        self.model, self.cfg, self.history = model, cfg, history
+        self.device = device = next(model.parameters()).device
+        check_memory(cfg, model.config, device)                   # 分配之前：批次放得下吗
+        self.objectives = tuple(o.to(device) for o in objectives)
+        self.optimizer = optimizer or make_optimizer(model, cfg.lr, cfg.weight_decay, cfg.betas,
+                                                     cfg.optimizer)
+        _add_heads(self.optimizer, self.objectives, cfg.weight_decay)
+        use_bf16, reason = resolve_bf16(cfg.bf16, device)
+        shadow = Bf16Weights(model) if use_bf16 and cfg.bf16_mode == "weights" else None
+        if shadow is not None and (dist_utils.world_size() > 1 or self.objectives):
+            raise UserError("bf16_mode='weights' 还不支持多进程（DDP）和辅助目标，请用 'autocast'")
+        self.shadow, self.amp = shadow, torch.autocast(device.type, dtype=torch.bfloat16,
+                                                       enabled=use_bf16 and shadow is None)
+        self.with_heads = WithObjectives(model, list(self.objectives))  # (x, y, *标签) → 损失
+        self.base = dist_utils.wrap(self.with_heads if self.objectives
+                                    else shadow.low if shadow else model)
+        self.forward, compiled = maybe_compile(self.base, cfg.compile)
+        history.info = {"bf16": use_bf16, "bf16_reason": reason,
+                        "bf16_mode": cfg.bf16_mode if use_bf16 else None, "compiled": compiled}
+        if dist_utils.rank() == 0 and cfg.compile:  # bf16 的决定与理由在 info（命令行会打印）
+            _say(f"编译：{compiled}")
+
+    def step(self, batches, first: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """一步训练（:func:`_step`）。编译出的模块只在第一次运行时失败才退回普通模式重走这一步。"""
+        try:
+            return self._step(batches)
+        except Exception as e:
+            if self.forward is self.base or not first:
+                raise
+            why = " ".join(str(e).split())[:200]         # 一行：torch 的报错常有好几行
+            self.forward, self.history.info["compiled"] = self.base, (
+                f"torch.compile 第一步失败（{type(e).__name__}: {why}），改用普通模式")
+            _say(self.history.info["compiled"])
+            return self._step(batches)
+
+    def _step(self, batches):
+        return _step(self.model, self.optimizer, batches, self.cfg.grad_clip, self.amp,
+                     self.forward, self.shadow, self.objectives)
+
+    def evaluate(self, splits, starts, targets) -> dict[str, float]:
+        """各划分的语言模型损失；有辅助目标时再加验证集上的 ``aux_<名字>``。"""
+        cfg, T = self.cfg, self.model.config.block_size
+        losses = estimate_loss(self.model, splits, cfg.batch_size, T, cfg.eval_batches,
+                               starts=starts, targets=targets)
+        if self.objectives and "val" in splits:
+            losses |= estimate_objectives(self.with_heads, splits["val"], cfg.batch_size,
+                                          cfg.eval_batches, starts=starts, targets=targets)
+        return losses
+
+
+class _Schedule:
+    """第 step 步的学习率。按步数计预算：就是 :func:`~gptcourse.optim.lr_at`。按分钟计预算：
+    预热仍按步数，之后余弦按"预热结束后已用时间 / 剩余预算"走。"""
+
+    def __init__(self, cfg: TrainConfig, total: int, budget_s: float | None):
+        self.cfg, self.total, self.budget_s = cfg, total, budget_s
+        self.t_warm: float | None = None                            # 预热结束的时刻
+
+    def __call__(self, step: int, elapsed: float) -> float:
+        cfg = self.cfg
+        if self.budget_s is None or step < cfg.warmup_steps:
+            return lr_at(step, cfg.lr, cfg.warmup_steps, self.total, cfg.min_lr_ratio)
+        self.t_warm = elapsed if self.t_warm is None else self.t_warm  # 按时间计预算的余弦段
+        return cosine_lr((elapsed - self.t_warm) / max(1e-9, self.budget_s - self.t_warm),
+                         cfg.lr, cfg.min_lr_ratio)
+
+
+class _Log:
+    """训练的记录与进度条。每步的 (损失, 范数) 先留在设备上（:meth:`add`），:meth:`flush` 时
+    一次取回写进 ``history.steps``（一次主机同步）；:meth:`evaluated` 记一次评估。
+    发现 NaN/inf 就抛出 :class:`TrainingDiverged`。"""
+
+    def __init__(self, history: History, cfg: TrainConfig, start_step: int, objectives,
+                 per_step: int):
+        self.history, self.progress, self.per_step = history, cfg.progress, per_step
+        self.names = [o.name for o in objectives]
+        self.bar = tqdm(total=cfg.max_steps, initial=start_step,
+                        disable=not cfg.progress or dist_utils.rank() != 0,
+                        desc="训练", unit="步", dynamic_ncols=True)
+        self.best = min((e["val"] for e in history.evals if "val" in e), default=float("inf"))
+        self.pending: list[tuple] = []          # 还没取回的 (step, 损失, lr, 范数)，都在设备上
+        self.restart()
+
+    def restart(self) -> None:
+        self.t_mark = time.perf_counter()       # 这一段（上次取回之后）开始的时刻
+
+    def add(self, step: int, loss: torch.Tensor, lr: float, norm: torch.Tensor) -> None:
+        self.pending.append((step, loss, lr, norm))
+        self.bar.update(1)
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        values = torch.stack([torch.cat([lo.reshape(-1), no.double().reshape(1)])
+                              for _, lo, _, no in self.pending]).tolist()
+        tps = self.per_step * len(self.pending) / max(1e-9, time.perf_counter() - self.t_mark)
+        for (s, _, lr, _), (lo, *aux, no) in zip(self.pending, values):
+            extra = {"aux": dict(zip(self.names, aux))} if self.names else {}
+            self.history.steps.append({"step": s, "loss": lo, "lr": lr, "grad_norm": no,
+                                       "tokens_per_s": tps, **extra})
+            if not (math.isfinite(lo) and math.isfinite(no)):
+                self.pending.clear()
+                self.bar.close()
+                raise TrainingDiverged(s, lo if not math.isfinite(lo) else no, lr, self.history)
+        self.pending.clear()
+        row = self.history.steps[-1]
+        self.bar.set_postfix(loss=f"{row['loss']:.3f}", lr=f"{row['lr']:.2e}", tok_s=f"{tps:,.0f}")
+        self.restart()
+
+    def evaluated(self, step: int, losses: dict[str, float], lr: float, elapsed_s: float) -> bool:
+        """记一次评估（有 NaN/inf → TrainingDiverged），返回验证损失是否创新低。"""
+        self.history.evals.append({"step": step, **losses, "elapsed_s": elapsed_s})
+        bad = [v for v in losses.values() if not math.isfinite(v)]
+        if bad:
+            self.bar.close()
+            raise TrainingDiverged(step, bad[0], lr, self.history)
+        is_best = "val" in losses and losses["val"] < self.best
+        self.best = min(self.best, losses.get("val", self.best))
+        if self.progress:
+            self.bar.write(f"step {step:5d} | "
+                           + " | ".join(f"{k} {v:.4f}" for k, v in losses.items()))
+        return is_best
+
+    def close(self) -> None:
+        self.bar.close()
 
 
 def _check_labels(objectives, splits: dict[str, torch.Tensor]) -> None:
@@ -555,55 +505,7 @@ def _add_heads(optimizer, objectives, weight_decay: float) -> None:
             optimizer.add_param_group(group)
 
 
-# ---------------------------------------------------------------- 训练的数据与训练写出的文件
-WINDOWS = ("poem", "random")      # 训练窗口的起点：每首诗前的换行符（默认），或任意位置
-UNTITLED_EVERY = 2                # 以题作诗时每几首里有一首不带题目（0 = 全带题目）
-
-
-@dataclass(frozen=True)
-class TrainingData:
-    """:func:`train` 要的数据：``ids`` {划分: id 序列}；``targets`` 以题作诗时的目标序列（题目的
-    位置是 −1），否则 None；``starts`` 按诗对齐时每个划分的窗口起点，否则 None（任意位置）。"""
-    ids: dict[str, torch.Tensor]
-    targets: dict[str, torch.Tensor] | None = None
-    starts: dict[str, torch.Tensor] | None = None
-
-
-def check_titled(corpus: str, titled: bool, untitled_every: int = UNTITLED_EVERY) -> None:
-    """以题作诗只用于 tang_jinti（题目来自 data/tang_jinti_meta.tsv），untitled_every ≥ 0。"""
-    if titled and corpus != "tang_jinti":
-        raise UserError("--titled 只用于 tang_jinti（题目来自 data/tang_jinti_meta.tsv）")
-    if titled and untitled_every < 0:
-        raise UserError(f"--untitled-every 必须 ≥ 0，收到 {untitled_every}")
-
-
-def training_splits(corpus: Corpus, tok, block_size: int, windows: str = WINDOWS[0],
-                    titled: bool = False, untitled_every: int = UNTITLED_EVERY) -> TrainingData:
-    """语料 → 训练与验证的数据（命令行 ``train`` 用的就是这一处）。
-
-    训练集严格编码（词表就是从它来的）；验证集里词表外的字记为 <unk>。``titled=True``：以题作诗，
-    训练集是 ``《题》正文``（每 ``untitled_every`` 首有一首不带题目，见
-    :func:`gptcourse.titled.encode`），验证集只用训练集里没有的题目。``windows="poem"``：窗口只从
-    每首诗前的换行符开始（与生成时一致，见 :func:`gptcourse.data.poem_starts`）；``"random"``：
-    任意位置。"""
-    if windows not in WINDOWS:
-        raise UserError(f"windows 只能是 {' 或 '.join(WINDOWS)}，收到 {windows!r}")
-    check_titled(corpus.name, titled, untitled_every)
-    targets = None
-    if titled:                                  # 《题》正文，题目那几个位置不算损失
-        train_ids, train_y = encode_titled(titled_rows("train"), tok,
-                                           untitled_every=untitled_every)
-        val_ids, val_y = encode_titled(titled_rows("val"), tok, errors="unk")
-        targets = {"train": train_y, "val": val_y}
-    else:
-        train_ids = torch.tensor(tok.encode(corpus.train), dtype=torch.long)
-        val_ids = torch.tensor(tok.encode(corpus.val, errors="unk"), dtype=torch.long)
-    ids = {"train": train_ids, "val": val_ids}
-    starts = None if windows == "random" else \
-        {name: poem_starts(v, tok.eos_id, block_size) for name, v in ids.items()}
-    return TrainingData(ids, targets, starts)
-
-
+# ---------------------------------------------------------------- 一次训练写出的文件
 class Checkpoints:
     """一次训练写出的检查点（命令行 ``train`` 用它；笔记本也可以）::
 

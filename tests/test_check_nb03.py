@@ -11,7 +11,8 @@ import gptcourse as gc
 from gptcourse.check import nb03, nb03_loop, nb03_loss
 from gptcourse.check._common import RESULTS
 from gptcourse.data import get_batch
-from gptcourse.train import estimate_loss, lr_at, param_groups
+from gptcourse.optim import lr_at, param_groups
+from gptcourse.train import estimate_loss
 
 # 教师版的答案单元格用到的、笔记本前文的名字：学员自己写过的零件，这里换成包里的
 LOOP_ENV = {"param_groups": param_groups, "lr_schedule": lr_at, "estimate_loss": estimate_loss}

@@ -12,8 +12,9 @@ from gptcourse import checkpoint
 from gptcourse.checkpoint import CheckpointError
 from gptcourse.config import preset
 from gptcourse.model import GPT
+from gptcourse.optim import make_optimizer
 from gptcourse.tokenizer import CharTokenizer
-from gptcourse.train import History, TrainConfig, make_optimizer, train
+from gptcourse.train import History, TrainConfig, train
 
 
 @pytest.fixture

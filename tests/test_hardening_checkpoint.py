@@ -15,9 +15,10 @@ from gptcourse.bpe import BPETokenizer
 from gptcourse.checkpoint import CheckpointError
 from gptcourse.config import preset
 from gptcourse.model import GPT
+from gptcourse.optim import make_optimizer
 from gptcourse.runtime import ROOT
 from gptcourse.tokenizer import CharTokenizer
-from gptcourse.train import TrainConfig, make_optimizer, train
+from gptcourse.train import TrainConfig, train
 
 
 @pytest.fixture

@@ -15,17 +15,14 @@ from gptcourse.config import preset
 from gptcourse.data import get_batch
 from gptcourse.errors import UserError
 from gptcourse.model import GPT
+from gptcourse.optim import cosine_lr, lr_at, make_optimizer, param_groups
 from gptcourse.tokenizer import CharTokenizer
 from gptcourse.train import (
     History,
     TrainConfig,
     TrainingDiverged,
     batch_generator,
-    cosine_lr,
     estimate_loss,
-    lr_at,
-    make_optimizer,
-    param_groups,
     train,
     train_step,
 )

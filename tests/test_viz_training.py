@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 import gptcourse as gc
-from gptcourse.train import History, lr_at
+from gptcourse.optim import lr_at
+from gptcourse.train import History
 
 HIST = History(
     steps=[{"step": s, "loss": 5 - 0.1 * s, "lr": lr_at(s - 1, 1e-3, 2, 10),

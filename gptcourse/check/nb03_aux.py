@@ -12,9 +12,10 @@ import torch.nn.functional as F
 
 from .. import verse
 from ..objectives import PING_GROUPS, masked_cross_entropy, rhyme_labels
+from ..optim import param_groups
 from ..titled import encode as titled_encode
 from ..tokenizer import CharTokenizer
-from ..train import TrainConfig, param_groups, train
+from ..train import TrainConfig, train
 from ._common import _call, _fail, _got, _ok, exercise
 from .nb03_loop import _LOOP_DROPOUT, _close, _differs
 from .nb03_loss import _ids, _tiny_model

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import torch
 
+from .. import optim
 from .. import train as gc_train
 from ..config import preset
 from ..data import get_batch
@@ -55,7 +56,7 @@ def param_groups(fn) -> bool:
             return _fail(f"两组的 weight_decay 应是 (0.1, 0.0)，收到 {wd}")
         if sum(len(g["params"]) for g in (decay, no_decay)) != len(got_sets[0] | got_sets[1]):
             return _fail("有参数出现了不止一次（共享的词嵌入/输出头只能放一次）")
-        want_sets = [{id(p) for p in g["params"]} for g in gc_train.param_groups(model, 0.1)]
+        want_sets = [{id(p) for p in g["params"]} for g in optim.param_groups(model, 0.1)]
         for got_s, want_s, what in zip(got_sets, want_sets, ("衰减组", "不衰减组")):
             if got_s != want_s:
                 extra = sorted(names.get(i, "?") for i in got_s - want_s)[:3]
@@ -71,7 +72,7 @@ def lr_schedule(fn) -> bool:
                                          (1.0, 5, 6, 0.5)):
         for step in range(total + 5):
             got = _got(fn, step, max_lr, warmup, total, ratio)
-            want = gc_train.lr_at(step, max_lr, warmup, total, ratio)
+            want = optim.lr_at(step, max_lr, warmup, total, ratio)
             if not _close(got, want, 1e-6, 1e-12):
                 where = "预热阶段" if step < warmup else ("地板" if step >= total else "余弦阶段")
                 hint = {"预热阶段": "预热是 max_lr·(step+1)/(warmup+1)：第 0 步就要有一点学习率",
@@ -211,12 +212,12 @@ def _mistake_loop(model, data, val, cfg, mistake):
     """参考循环，故意带上一个典型错误（``_MISTAKES``），只用来给出准确的提示。返回每步损失。"""
     cfg = replace(cfg, **_AS_CFG.get(mistake, {}))
     opt = torch.optim.AdamW(model.parameters() if mistake == "all_decayed" else
-                            gc_train.param_groups(model, cfg.weight_decay),
+                            optim.param_groups(model, cfg.weight_decay),
                             lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay)
     losses = []
     for step in range(cfg.max_steps):
         for group in opt.param_groups:
-            group["lr"] = gc_train.lr_at(step + (mistake == "lr_off_by_one"), cfg.lr,
+            group["lr"] = optim.lr_at(step + (mistake == "lr_off_by_one"), cfg.lr,
                                          cfg.warmup_steps, cfg.max_steps, cfg.min_lr_ratio)
         x, y = get_batch(data, cfg.batch_size, model.config.block_size,
                          generator=gc_train.batch_generator(cfg.seed, step))

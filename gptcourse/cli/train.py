@@ -26,23 +26,12 @@ from ..data import DOCUMENTS, available_corpora, is_verse, open_corpus, vocabula
 from ..errors import UserError
 from ..generate import sample_poems
 from ..model import GPT
+from ..optim import OPTIMIZERS, make_optimizer
 from ..precision import BF16_MODES, resolve_bf16
 from ..runtime import get_device, set_seed
+from ..titled import UNTITLED_EVERY, WINDOWS, check_titled, training_splits
 from ..tokenizer import CharTokenizer
-from ..train import (
-    OPTIMIZERS,
-    UNTITLED_EVERY,
-    WINDOWS,
-    Checkpoints,
-    History,
-    TrainConfig,
-    TrainingDiverged,
-    check_titled,
-    make_optimizer,
-    tokens_per_step,
-    train,
-    training_splits,
-)
+from ..train import Checkpoints, History, TrainConfig, TrainingDiverged, tokens_per_step, train
 
 # 编译要先花一段时间（算在训练时间里），之后每步快一点：训练超过这么多步才划算。
 # 门槛 = 编译多花的秒数 ÷ 每步省下的秒数：inductor 磁盘缓存是冷的时候多花 26 秒（2026-12-01，

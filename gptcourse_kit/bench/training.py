@@ -25,8 +25,9 @@ from gptcourse.config import preset
 from gptcourse.data import get_batch
 from gptcourse.machine import CEILING_REPEATS, limits, machine_info, matmul_ceiling
 from gptcourse.model import GPT
+from gptcourse.optim import param_groups
 from gptcourse.precision import bf16_decision
-from gptcourse.train import TrainConfig, batch_generator, param_groups, train
+from gptcourse.train import TrainConfig, batch_generator, train
 
 EVAL_EVERY, EVAL_BATCHES = 250, 10           # 发布配方的评估频率（见 docs/benchmarks.md）
 
