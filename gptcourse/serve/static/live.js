@@ -87,7 +87,7 @@ function drawBars(d) {
 async function refreshNext() {
   const p = liveParams();
   try {
-    drawBars(await askNext("/api/next", {...p, top: 30}));
+    drawBars(await askNext("/api/next", {...p, top: BARS}));
   } catch (e) {
     if (e.name === "AbortError") return;
     $("live_summary").textContent = "出错了：" + e.message;
