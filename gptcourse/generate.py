@@ -314,7 +314,16 @@ def _choose(logits: torch.Tensor, live: list[Row], rules: _Rules, tok) -> list[i
     只有重复惩罚、格式约束和抽样逐行；禁用 <unk>、温度、top-k、top-p、softmax 整批一次算完。
     选中的词元也在这里接进每行"当前这首诗"的文本（增量维护，不必每步重新解码整行）。
     """
-    logits = _apply_rules(logits, live, rules)
+    logits = logits.float()
+    penalty = rules.params.repetition_penalty
+    if penalty != 1:                                               # 只惩罚模型看得见的窗口里的字
+        for j, r in enumerate(live):
+            seen = sorted(set(r.ids[-rules.window:]) - {rules.eos})   # 结束符是结构，不惩罚
+            logits[j] = penalize(logits[j], seen, penalty)
+    logits = logits.index_fill(-1, rules.banned, NEG_INF)         # 从不生成 <unk>
+    if rules.cons is not None:              # 掩码已在 logits 的设备上，而且每行都有可选的字
+        allowed = torch.stack([rules.cons.allowed(r.poem) for r in live])         # [b, V]
+        logits = logits.masked_fill(~allowed, NEG_INF)
     picked = sample_with(logits, rules.params, [r.generator for r in live]).tolist()
     if rules.cons is not None:
         for r, nxt in zip(live, picked):
@@ -323,7 +332,11 @@ def _choose(logits: torch.Tensor, live: list[Row], rules: _Rules, tok) -> list[i
 
 
 def _apply_rules(logits: torch.Tensor, live: list[Row], rules: _Rules) -> torch.Tensor:
-    """采样之前的规则：重复惩罚 → 禁用 <unk> → 格式掩码。logits [b, V] → 新的 float logits。"""
+    """采样之前的规则：重复惩罚 → 禁用 <unk> → 格式掩码。logits [b, V] → 新的 float logits
+    （不改动传入的 logits）。
+
+    与 :func:`_choose` 在 ``sample_with`` 之前的几行相同（``_choose`` 的源码印在笔记本 05 里，
+    所以它不调用这里）；tests/test_serve_live.py 检查同一个种子下两边抽到的字相同。"""
     logits = logits.float()
     penalty = rules.params.repetition_penalty
     if penalty != 1:                                               # 只惩罚模型看得见的窗口里的字
@@ -484,10 +497,11 @@ def next_token_stages(model, tok, prompt: str = "", **kw) -> dict[str, torch.Ten
 
     被过滤掉的词元是 −∞；``.softmax(-1)`` 就是那一阶段的分布，``.isfinite().sum()`` 是留下的
     词元数。关键字参数与 :func:`generate` 的采样参数、格式参数相同。阶段（``STAGES``）依次是：
-    ``model`` 模型自己的 logits；``rules`` 重复惩罚、禁用 <unk>、格式掩码之后（与解码循环用的是
-    同一个 ``_apply_rules``）；然后用 :mod:`gptcourse.sampling` 的函数依次加上 ``temperature``、
-    ``top_k``、``top_p``——最后一个的 softmax 就是真正抽样用的分布。温度 0（贪心）时从
-    ``temperature`` 起只留下 argmax 那一个。参数或提示不对 → UserError（与 generate 相同）。
+    ``model`` 模型自己的 logits；``rules`` 重复惩罚、禁用 <unk>、格式掩码之后（解码循环
+    ``_choose`` 的同一步，见 ``_apply_rules``）；然后用 :mod:`gptcourse.sampling` 的函数依次
+    加上 ``temperature``、``top_k``、``top_p``——最后一个的 softmax 就是真正抽样用的分布。
+    温度 0（贪心）时从 ``temperature`` 起只留下 argmax 那一个。参数或提示不对 → UserError
+    （与 generate 相同）。
     """
     params, spec = _split(kw)
     device = next(model.parameters()).device

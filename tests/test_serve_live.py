@@ -15,11 +15,14 @@ from test_serve import FakeGeneration, post, request, running, wait_for
 from gptcourse import serve
 from gptcourse.config import preset
 from gptcourse.data import load_corpus
-from gptcourse.generate import STAGES, generate, next_token_stages
+from gptcourse.generate import STAGES, generate, next_token_stages, stream_tokens
 from gptcourse.model import GPT, CausalSelfAttention
 from gptcourse.sampling import (
+    SamplingParams,
+    _filtered_probs,
     apply_repetition_penalty,
     apply_temperature,
+    sample_with,
     top_k_filter,
     top_p_filter,
 )
@@ -53,6 +56,31 @@ def filters_by_hand(model, tok, prompt, temperature, top_k, top_p):
     k = top_k_filter(t, top_k)
     return {"model": logits, "rules": ruled, "temperature": t, "top_k": k,
             "top_p": top_p_filter(k, top_p)}
+
+
+# ---------------------------------------------------------------- 库：next_token_stages
+@pytest.mark.parametrize("kw", [
+    dict(temperature=0.8, top_k=30, top_p=0.9),
+    dict(temperature=1.3, repetition_penalty=2.5, form="五绝"),
+    dict(temperature=0.6, top_p=0.5, acrostic="春夏秋冬", repetition_penalty=0.5),
+])
+def test_stages_draw_what_the_decoder_draws(tiny, kw):
+    """同一个种子：从 next_token_stages 的 rules 阶段按 sample_with 抽一个字 == 解码循环写出的
+    第一个字（_apply_rules 与 _choose 的规则那一步相同）；top_p 阶段的 softmax 就是抽样的分布。"""
+    model, tok = tiny
+    prompt = "春风" if "acrostic" not in kw else "春"
+    stages = next_token_stages(model, tok, prompt, **kw)
+    params = SamplingParams.from_dict(kw)
+    want = _filtered_probs(stages["rules"], params.temperature, params.top_k, params.top_p)
+    assert torch.equal(stages["top_p"].softmax(-1), want)
+    for seed in range(6):
+        pieces = stream_tokens(model, tok, prompt, seed=seed, **kw)
+        first = next(pieces)
+        pieces.close()
+        gen = torch.Generator().manual_seed(seed)
+        picked = sample_with(stages["rules"][None], params, [gen])
+        assert first == tok.decode(picked.tolist()), (seed, first)
+        assert stages["top_p"][picked].isfinite().all()
 
 
 # ---------------------------------------------------------------- /api/next
