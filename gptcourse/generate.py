@@ -155,6 +155,19 @@ def _current_poem(text: str) -> str:
     return strip_title(text[text.rfind("\n") + 1:])
 
 
+def _context_ids(tok, prompt: str, spec: VerseSpec, block_size: int) -> list[int]:
+    """解码开始时模型看到的 id：结束符 + 《题》（给了 title 时）+ 提示；太长 → UserError。"""
+    head = format_title(spec.title) if spec.title is not None else ""   # 以题作诗
+    if head and prompt.lstrip().startswith(OPEN):
+        raise UserError(f"给了 title 时提示不能以“{OPEN}”开头：提示里的《…》会成为第二个题目；"
+                        f"题目只写在 title 里，收到提示 {prompt[:20]!r}")
+    ids = [tok.eos_id] + tok.encode(head + prompt)
+    if len(ids) > block_size:
+        raise UserError(f"提示太长：{len(ids) - 1} 个词元（加上开头的换行 {len(ids)} 个），"
+                        f"超过模型的上下文 block_size={block_size}")
+    return ids
+
+
 @dataclass(eq=False)
 class Row:
     """解码循环里一行的全部状态。按身份比较（两行内容相同也是两行）：循环用下标找行。"""
@@ -198,16 +211,9 @@ def _decode(model, tok, prompts: list[str], params: SamplingParams, spec: VerseS
         max_new_tokens = DEFAULT_MAX_NEW_TOKENS if cons is None else poem_tokens(cons)
     max_new_tokens, seed = check_sizes(model, max_new_tokens, seed, len(prompts))
     bs, eos = model.config.block_size, tok.eos_id
-    head = format_title(spec.title) if spec.title is not None else ""   # 以题作诗
     rows = []
     for i, p in enumerate(prompts):
-        if head and p.lstrip().startswith(OPEN):
-            raise UserError(f"给了 title 时提示不能以“{OPEN}”开头：提示里的《…》会成为第二个题目；"
-                            f"题目只写在 title 里，收到提示 {p[:20]!r}")
-        ids = [eos] + tok.encode(head + p)
-        if len(ids) > bs:
-            raise UserError(f"提示太长：{len(ids) - 1} 个词元（加上开头的换行 {len(ids)} 个），"
-                            f"超过模型的上下文 block_size={bs}")
+        ids = _context_ids(tok, p, spec, bs)
         poem = None
         if cons is not None:
             poem = _current_poem(p)
@@ -323,6 +329,26 @@ def _choose(logits: torch.Tensor, live: list[Row], rules: _Rules, tok) -> list[i
         for r, nxt in zip(live, picked):
             r.poem = _current_poem(r.poem + tok.decode([nxt]))
     return picked
+
+
+def _apply_rules(logits: torch.Tensor, live: list[Row], rules: _Rules) -> torch.Tensor:
+    """采样之前的规则：重复惩罚 → 禁用 <unk> → 格式掩码。logits [b, V] → 新的 float logits
+    （不改动传入的 logits）。
+
+    与 :func:`_choose` 在 ``sample_with`` 之前的几行相同（``_choose`` 的源码印在笔记本 05 里，
+    所以它不调用这里）；tests/test_serve_live.py 检查同一个种子下两边抽到的字相同。"""
+    logits = logits.float()
+    penalty = rules.params.repetition_penalty
+    if penalty != 1:                                               # 只惩罚模型看得见的窗口里的字
+        logits = logits.clone()
+        for j, r in enumerate(live):
+            seen = sorted(set(r.ids[-rules.window:]) - {rules.eos})   # 结束符是结构，不惩罚
+            logits[j] = penalize(logits[j], seen, penalty)
+    logits = logits.index_fill(-1, rules.banned, NEG_INF)         # 从不生成 <unk>
+    if rules.cons is not None:              # 掩码已在 logits 的设备上，而且每行都有可选的字
+        allowed = torch.stack([rules.cons.allowed(r.poem) for r in live])         # [b, V]
+        logits = logits.masked_fill(~allowed, NEG_INF)
+    return logits
 
 
 def _split(kw: dict) -> tuple[SamplingParams, VerseSpec]:
@@ -460,3 +486,44 @@ def next_token_probs(model, tok, prompt: str = "", temperature: float = 1.0,
         return torch.nn.functional.one_hot(logits.argmax(), logits.numel()).float()
     logits = apply_temperature(logits, temperature)
     return top_p_filter(top_k_filter(logits, top_k), top_p).softmax(-1)
+
+
+STAGES = ("model", "rules", "temperature", "top_k", "top_p")   # next_token_stages 的各个阶段
+
+
+@torch.no_grad()
+def next_token_stages(model, tok, prompt: str = "", **kw) -> dict[str, torch.Tensor]:
+    """解码循环写第一个字时的 logits，一个阶段一个 [V]（课堂演示用：看每个过滤器做了什么）。
+
+    被过滤掉的词元是 −∞；``.softmax(-1)`` 就是那一阶段的分布，``.isfinite().sum()`` 是留下的
+    词元数。关键字参数与 :func:`generate` 的采样参数、格式参数相同。阶段（``STAGES``）依次是：
+    ``model`` 模型自己的 logits；``rules`` 重复惩罚、禁用 <unk>、格式掩码之后（解码循环
+    ``_choose`` 的同一步，见 ``_apply_rules``）；然后用 :mod:`gptcourse.sampling` 的函数依次
+    加上 ``temperature``、``top_k``、``top_p``——最后一个的 softmax 就是真正抽样用的分布。
+    温度 0（贪心）时从 ``temperature`` 起只留下 argmax 那一个。参数或提示不对 → UserError
+    （与 generate 相同）。
+    """
+    params, spec = _split(kw)
+    device = next(model.parameters()).device
+    bs = model.config.block_size
+    ids = _context_ids(tok, prompt, spec, bs)
+    cons = spec.constraint(tok, device)
+    poem = None
+    if cons is not None:
+        poem = _current_poem(prompt)
+        poem_tokens(cons, poem)                                   # 提示不合格式 → UserError
+    unk = getattr(tok, "unk_id", None)
+    rules = _Rules(params, cons, torch.tensor([] if unk is None else [unk], dtype=torch.long,
+                                              device=device), tok.eos_id, bs)
+    with eval_mode(model):
+        logits = model(torch.tensor([ids], device=device), last_only=True)[0][0, -1].float()
+    ruled = _apply_rules(logits[None], [Row(ids, len(ids), None, poem)], rules)[0]   # [V]
+    out = {"model": logits, "rules": ruled}
+    if params.temperature == 0:                                   # 贪心：sample_with 取 argmax
+        greedy = torch.full_like(ruled, NEG_INF)
+        greedy[ruled.argmax()] = 0.0
+        return {**out, "temperature": greedy, "top_k": greedy, "top_p": greedy}
+    out["temperature"] = apply_temperature(ruled, params.temperature)
+    out["top_k"] = top_k_filter(out["temperature"], params.top_k)
+    out["top_p"] = top_p_filter(out["top_k"], params.top_p)
+    return out

@@ -169,3 +169,86 @@ def test_bad_input_shows_an_error_message(demo, browser):
         time.sleep(0.1)
     status = browser.js("return document.getElementById('status').textContent")
     assert "出错了" in status and "☃" in status
+
+
+def wait_version(browser, box: str, old: str | None, seconds: float = 30) -> str:
+    """等 #box 重画（live.js 每画一次把 data-version 加 1），返回新的版本号。"""
+    deadline = time.time() + seconds
+    while True:
+        v = browser.js(f"return document.getElementById('{box}').dataset.version || null")
+        if v is not None and v != old:
+            return v
+        assert time.time() < deadline, f"{box} 在 {seconds} 秒内没有重画"
+        time.sleep(0.05)
+
+
+def slide(browser, slider: str, value) -> None:
+    """把滑块拖到 value：改值并发出 input 事件（与用户拖动时浏览器发出的事件相同）。"""
+    browser.js("const el = document.getElementById(arguments[0]); el.value = arguments[1];"
+               "el.dispatchEvent(new Event('input', {bubbles: true}));", slider, str(value))
+
+
+def test_class_demo_sliders_redraw_the_bars_and_the_poem(demo, browser):
+    """课堂演示：拖温度滑块，条形图（抽样用的分布）与下面的诗跟着变；top-k 滑块留下 k 根红柱。"""
+    open_page(browser, demo + "/")
+    for _ in range(300):
+        if browser.js("return document.body.dataset.liveReady") == "1":
+            break
+        time.sleep(0.1)
+    assert browser.js("return document.getElementById('live_temperature').max") == "3"   # ranges
+    after = "return Array.from(document.querySelectorAll('#bars rect.after')).map(r => r.dataset.p)"
+    v = wait_version(browser, "bars", None)
+    warm = [float(p) for p in browser.js(after)]
+    assert len(warm) == 15 and all(p > 0 for p in warm)
+    slide(browser, "live_temperature", "0.3")
+    v = wait_version(browser, "bars", v)
+    cold = [float(p) for p in browser.js(after)]
+    assert cold[0] > warm[0] and cold != warm                        # 低温：第一名更尖
+    assert browser.js("return document.getElementById('live_temperature_v').textContent") == "0.3"
+    model, tok = demo_model()                                        # 与库算的一样（top_p = 1）
+    from gptcourse.generate import next_token_stages
+    want = next_token_stages(model, tok, "", temperature=0.3, top_p=1.0)["top_p"].softmax(-1)
+    assert abs(cold[0] - float(want.max())) < 1e-5
+    poem = browser.js("return document.getElementById('live_poem').dataset.text || null")
+    slide(browser, "live_top_k", "3")
+    wait_version(browser, "bars", v)
+    kept = browser.js("return document.querySelectorAll('#bars rect.after:not(.dropped)').length")
+    assert kept == 3
+    deadline = time.time() + 30                                      # 诗用同一个种子重写
+    while browser.js("return document.getElementById('live_poem').dataset.text || null") == poem:
+        assert time.time() < deadline, "诗没有随滑块重写"
+        time.sleep(0.1)
+    assert not [m for m in browser.console() if "Content Security Policy" in m]
+    browser.js("document.getElementById('live').scrollIntoView()")
+    screenshot(browser, "-live")
+
+
+def test_class_demo_attention_heatmap(demo, browser):
+    """课堂演示：输入一句诗 → 热力图的格子是 (字数+1)²，两条轴上是这些字；换一个头就重画。"""
+    open_page(browser, demo + "/")
+    v = wait_version(browser, "heatmap", None)
+    browser.js("const el = document.getElementById('attn_text'); el.value = '床前明月光';"
+               "el.dispatchEvent(new Event('input', {bubbles: true}));")
+    v = wait_version(browser, "heatmap", v)
+    cells = "return document.querySelectorAll('#heatmap rect').length"
+    assert browser.js(cells) == 6 * 6
+    ticks = browser.js("return Array.from(document.querySelectorAll('#heatmap text.tick.row'))"
+                       ".map(t => t.textContent)")
+    assert ticks == ["↵", *"床前明月光"]
+    future = browser.js("return document.querySelectorAll('#heatmap rect.future').length")
+    assert future == 6 * 5 // 2                                       # 右上方：看不到的未来
+    opacity = ("return Array.from(document.querySelectorAll('#heatmap rect.cell'))"
+               ".map(r => r.getAttribute('fill-opacity'))")
+    first = browser.js(opacity)
+    heads = browser.js("return document.getElementById('attn_head').options.length")
+    layers = browser.js("return document.getElementById('attn_layer').options.length")
+    model, _ = demo_model()
+    assert (layers, heads) == (model.config.n_layer, model.config.n_head)
+    browser.js("const el = document.getElementById('attn_layer');"
+               "el.value = String(el.options.length - 1); el.dispatchEvent(new Event('change'));")
+    wait_version(browser, "heatmap", v)
+    assert browser.js(opacity) != first
+    status = browser.js("return document.getElementById('attn_status').textContent")
+    assert f"第 {layers} 层" in status, status
+    browser.js("document.getElementById('heatmap').scrollIntoView()")
+    screenshot(browser, "-attention")

@@ -1,12 +1,18 @@
 """网页演示：``python -m gptcourse serve``，只用标准库的 ``http.server``。
 
-- ``GET /``：一个中文页面（提示、诗体、藏头、温度/top-k/top-p 滑块，诗一个字一个字地出现），
-  脚本和样式是同源的 ``/app.js``、``/style.css``；``/font.otf`` 是课程自带的中文字体；
+- ``GET /``：一个中文页面（提示、诗体、藏头、温度/top-k/top-p 滑块，诗一个字一个字地出现；
+  下面是"课堂演示"：拖滑块看下一个字的分布、看每个头的注意力），脚本和样式是同源的
+  ``/app.js``、``/live.js``（课堂演示）、``/style.css``；``/font.otf`` 是课程自带的中文字体；
 - ``GET /api/info``：模型与参数范围；
 - ``POST /api/generate``：JSON 参数（与 :func:`gptcourse.generate.generate` 相同，包括押韵
   ``rhyme`` 与平仄 ``tones`` 两个开关）→ JSON 结果，带格律报告 ``analysis``（见 :func:`result`）；
 - ``POST /api/stream``：同样的参数 → 逐行 JSON（NDJSON）：``{"piece": "春"}`` ……
   最后一行 ``{"done": true, "text": …, "analysis": …}``；中途出错时最后一行是 ``{"error": …}``。
+- ``POST /api/next``（课堂演示）：同样的参数（可再加 ``top``）→ 下一个字的分布：排在前面的
+  ``top`` 个字在每个阶段（模型、重复惩罚与格式、温度、top-k、top-p）的概率、每个阶段留下几个
+  词元（见 :func:`next_reply`，算法是 :func:`gptcourse.generate.next_token_stages`）；
+- ``POST /api/attention``（课堂演示）：``{"text": "白日依山尽"}`` → 每层每个头的注意力权重
+  （行 = 查询位置，列 = 键位置；第 0 个位置是开头的换行），见 :meth:`Handler._attention`。
 
 每个错误都是 JSON，带一句中文和一句英文：路径不对 → 404；``Host``/``Origin`` 不是本机页面 → 403；
 正文不是 ``application/json`` → 415；没有 ``Content-Length``（或分块传输）→ 411；正文过大 → 413；
@@ -23,20 +29,25 @@
 """
 from __future__ import annotations
 
+import copy
 import io
 import json
 import re
 import socket
 import sys
+import threading
 import time
 import traceback
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+import torch
+
 from ..errors import UserError
 from ..fastdecode import cached_decoder, warm_up_in_background
-from ..generate import stream_tokens
+from ..generate import STAGES, VerseSpec, next_token_stages, stream_tokens
+from ..sampling import SamplingParams
 from ..titles import MAX_TITLE
 from ..verse import FORMS
 from .http import (
@@ -57,9 +68,14 @@ from .params import (
     MAX_NEW_TOKENS,
     MAX_PROMPT,
     RANGES,
+    TOP_DEFAULT,
+    TOP_MAX,
     ZERO_OK,
+    attention_limit,
     brief,
     check_defaults,
+    parse_attention,
+    parse_next,
     parse_params,
     result,
 )
@@ -70,6 +86,7 @@ FILES = {                        # GET 路径 → (文件, Content-Type, Cache-C
     "/": (STATIC / "index.html", "text/html; charset=utf-8", "no-store"),
     "/index.html": (STATIC / "index.html", "text/html; charset=utf-8", "no-store"),
     "/app.js": (STATIC / "app.js", "text/javascript; charset=utf-8", "no-store"),
+    "/live.js": (STATIC / "live.js", "text/javascript; charset=utf-8", "no-store"),
     "/style.css": (STATIC / "style.css", "text/css; charset=utf-8", "no-store"),
     "/font.otf": (FONT, "font/otf", "max-age=86400"),   # 没装中文字体的机器上也能显示汉字
 }
@@ -236,13 +253,19 @@ class Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         with self._replying():
             self._guard()
-            route = {"/api/generate": self._generate, "/api/stream": self._stream}.get(path)
+            s = self.server
+            route = {"/api/generate": (self._generate, parse_params),
+                     "/api/stream": (self._stream, parse_params),
+                     "/api/next": (self._next, parse_next),
+                     "/api/attention": (self._attention, None)}.get(path)
             if route is None:
                 raise ApiError(404, f"没有这个地址：{path[:100]}", "not found")
-            params = parse_params(self._body(), self.server.tok, self.server.defaults)
-            with self.server.gate.slot(self.server.limits.queue_timeout,
-                                       lambda: client_gone(self.connection)):
-                route(params)
+            run, parse = route
+            body = self._body()
+            params = parse_attention(body, s.tok, s.model.config.block_size) if parse is None \
+                else parse(body, s.tok, s.defaults)
+            with s.gate.slot(s.limits.queue_timeout, lambda: client_gone(self.connection)):
+                run(params)
 
     @contextmanager
     def _replying(self):
@@ -265,11 +288,15 @@ class Handler(BaseHTTPRequestHandler):
     # ---------------------------------------------------------------- 生成
     def _info(self) -> dict:
         s = self.server
+        cfg = s.model.config
         return {"vocab_size": s.tok.vocab_size, "forms": list(FORMS),
-                "block_size": s.model.config.block_size, "defaults": s.defaults,
+                "block_size": cfg.block_size, "n_layer": cfg.n_layer, "n_head": cfg.n_head,
+                "defaults": s.defaults, "stages": STAGE_NAMES,
                 "limits": {"prompt": MAX_PROMPT, "acrostic": MAX_ACROSTIC, "title": MAX_TITLE,
                            "max_new_tokens": MAX_NEW_TOKENS, "body_bytes": MAX_BODY,
-                           "slots": s.limits.slots, "queue": s.limits.queue},
+                           "slots": s.limits.slots, "queue": s.limits.queue,
+                           "attention": attention_limit(cfg.block_size),
+                           "top": TOP_MAX, "top_default": TOP_DEFAULT},
                 "ranges": RANGES, "zero_ok": list(ZERO_OK),
                 "compiled": bool(getattr(s, "compile", False))
                 and cached_decoder(s.model) is not None}
@@ -290,6 +317,35 @@ class Handler(BaseHTTPRequestHandler):
         t0 = time.perf_counter()
         text = p["prompt"] + "".join(self._pieces(p))
         self._json(200, result(p, text, time.perf_counter() - t0))
+
+    def _next(self, args: tuple[dict, int]) -> None:
+        p, top = args
+        t0 = time.perf_counter()
+        kw = {k: p[k] for k in (*SamplingParams.names(), *VerseSpec.names()) if k in p}
+        stages = next_token_stages(self.server.model, self.server.tok, p["prompt"], **kw)
+        self._json(200, next_reply(p, stages, self.server.tok, top, time.perf_counter() - t0))
+
+    def _attention(self, text: str) -> None:
+        """每层每个头的注意力权重 [L][H][T][T]（保留 4 位小数），T = 1 + 文字的词元数。
+
+        ``record_attention`` 要在各层上挂一个记录槽（模块的状态），不能在同时写诗的那个模型上做：
+        用模型的一份副本（第一次用时复制），一次只让一个请求用它。"""
+        s, t0 = self.server, time.perf_counter()
+        ids = [s.tok.eos_id] + s.tok.encode(text)
+        if len(ids) > s.model.config.block_size:
+            raise ApiError(400, f"text 太长：{len(ids) - 1} 个词元，模型的上下文只有 "
+                                f"{s.model.config.block_size - 1} 个", "text too long")
+        with s.attention_lock:
+            if s.attention_model is None:
+                s.attention_model = copy.deepcopy(s.model).eval()
+            model = s.attention_model
+            device = next(model.parameters()).device
+            maps = model.attention_maps(torch.tensor([ids], device=device))   # L 个 [1, H, T, T]
+        weights = [[[[round(w, 4) for w in row] for row in head] for head in m[0].float().tolist()]
+                   for m in maps]
+        self._json(200, {"text": text, "tokens": [s.tok.decode([i]) for i in ids],
+                         "n_layer": len(maps), "n_head": maps[0].shape[1], "weights": weights,
+                         "seconds": round(time.perf_counter() - t0, 3)})
 
     def _stream(self, p: dict) -> None:
         t0 = time.perf_counter()
@@ -316,6 +372,34 @@ class Handler(BaseHTTPRequestHandler):
             pieces.close()
 
 
+STAGE_NAMES = {"model": "模型原始分布", "rules": "重复惩罚、格式之后", "temperature": "温度之后",
+               "top_k": "top-k 之后", "top_p": "top-p 之后（抽样用）"}
+assert tuple(STAGE_NAMES) == STAGES
+
+
+def next_reply(p: dict, stages: dict, tok, top: int, seconds: float) -> dict:
+    """/api/next 的回答。``stages``：:func:`~gptcourse.generate.next_token_stages` 的各阶段 logits。
+
+    - ``top``：采样之前（``rules`` 阶段）概率最大的 ``top`` 个字，从大到小，每个字带它在每个
+      阶段的概率 ``probs``（温度不改变排序，top-k/top-p 只去掉排在后面的，所以留下的总是开头几个）；
+    - ``others``：每个阶段，列表之外的全部字的概率之和（与列表里的加起来是 1）；
+    - ``kept``：每个阶段留下（没有被设成 −∞）的词元数；``survivors`` = 最后一个阶段的；
+    - ``greedy``：温度 0 时为 true（只留下 argmax）。"""
+    probs = {k: v.softmax(-1) for k, v in stages.items()}
+    order = torch.sort(stages["rules"], descending=True, stable=True).indices[:top]
+    rest = torch.ones_like(probs["rules"], dtype=torch.bool)
+    rest[order] = False
+    kept = {k: int(v.isfinite().sum()) for k, v in stages.items()}
+    return {"prompt": p["prompt"], "title": p.get("title"), "stages": list(stages),
+            "top": [{"id": int(i), "char": tok.decode([int(i)]),
+                     "probs": {k: float(v[i]) for k, v in probs.items()}} for i in order],
+            "others": {k: float(v[rest].sum()) for k, v in probs.items()},
+            "kept": kept, "survivors": kept["top_p"], "greedy": p["temperature"] == 0,
+            "settings": {k: p[k] for k in ("temperature", "top_k", "top_p", "repetition_penalty",
+                                           "form", "acrostic", "rhyme", "tones")},
+            "relaxed": list(dict.fromkeys(p.get("relaxed", []))), "seconds": round(seconds, 4)}
+
+
 class DemoServer(BoundedHTTPServer):
     """带模型的服务器：``model``、``tok``、``policy``（Host/Origin）、``limits``、``gate``。"""
 
@@ -339,5 +423,6 @@ def make_server(model, tok, host: str = "127.0.0.1", port: int = 8000, verbose: 
     server.defaults = {**DEFAULTS, **given}
     server.policy = HostPolicy(host, allow_hosts, allow_origins)
     server.compile = compile
+    server.attention_model, server.attention_lock = None, threading.Lock()   # 见 _attention
     server.warming = warm_up_in_background(model) if compile else None
     return server

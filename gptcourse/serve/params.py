@@ -25,6 +25,8 @@ from .http import ApiError
 MAX_PROMPT = 64                 # 提示最多多少个字
 MAX_ACROSTIC = 8
 MAX_NEW_TOKENS = 200
+MAX_ATTENTION = 64              # /api/attention：最多看多少个字的注意力（回答约 L·H·T² 个数）
+TOP_DEFAULT, TOP_MAX = 20, 100  # /api/next：默认列出几个字，最多几个
 # 采样参数的范围。下限离 0 远一点：1e-300 这样的值虽然 > 0，却会让 logits 除出 inf、
 # 让 top-p 在 float32 里变成 0，最后抽样失败。温度另外允许正好 0（贪心）。
 RANGES = {"temperature": (0.01, 3.0), "top_p": (0.01, 1.0), "repetition_penalty": (0.1, 3.0)}
@@ -67,10 +69,8 @@ def _text(p: dict, key: str, cap: int, tok) -> None:
                        f"{key} contains characters outside the vocabulary")
 
 
-def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
-    """请求正文 → generate() 的关键字参数；任何问题都抛出 :class:`ApiError`（400）。
-
-    没给的参数取 ``defaults``（服务器的默认解码设置，即检查点的发布设置），再退回 DEFAULTS。"""
+def load_object(body: bytes) -> dict:
+    """请求正文 → 一个 JSON 对象；不是合法的 JSON 对象 → :class:`ApiError`（400）。"""
     try:
         d = json.loads(body.decode("utf-8") or "{}")
     except UnicodeDecodeError:
@@ -84,10 +84,26 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
                        "request body is not valid JSON") from None
     if not isinstance(d, dict):
         raise ApiError(400, "请求正文必须是一个 JSON 对象", "request body must be a JSON object")
-    unknown = sorted(set(d) - set(DEFAULTS))
+    return d
+
+
+def _no_unknown(d: dict, known) -> None:
+    unknown = sorted(set(d) - set(known))
     if unknown:
         names = ", ".join(brief(k)[1:-1] for k in unknown[:10])
         raise ApiError(400, f"未知参数：{names}", f"unknown fields: {names}")
+
+
+def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
+    """请求正文 → generate() 的关键字参数；任何问题都抛出 :class:`ApiError`（400）。
+
+    没给的参数取 ``defaults``（服务器的默认解码设置，即检查点的发布设置），再退回 DEFAULTS。"""
+    return check_params(load_object(body), tok, defaults)
+
+
+def check_params(d: dict, tok, defaults: dict | None = None) -> dict:
+    """同 :func:`parse_params`，参数已经是一个字典。"""
+    _no_unknown(d, DEFAULTS)
     given = {k: v for k, v in d.items() if v is not None}
     p = whole_poem_only({**DEFAULTS, **(defaults or {})}, given, given.get("max_new_tokens"))
     _text(p, "prompt", MAX_PROMPT, tok)
@@ -113,6 +129,39 @@ def parse_params(body: bytes, tok, defaults: dict | None = None) -> dict:
             raise ApiError(400, f"{key} 必须是 true 或 false，收到 {brief(p[key])}",
                            f"{key} must be a boolean")
     return fit_prompt(tok, p["prompt"], p, given)   # 发布设置写不下去的开头：不加它，说一声
+
+
+def parse_next(body: bytes, tok, defaults: dict | None = None) -> tuple[dict, int]:
+    """``/api/next`` 的请求正文 → (与 /api/generate 相同的参数, 要列出的字数 ``top``)。
+
+    ``top``：按采样之前的分布从大到小列出几个字（默认 ``TOP_DEFAULT``，最多 ``TOP_MAX``）；
+    其余参数与 :func:`parse_params` 完全相同（``max_new_tokens``、``seed`` 可以带，用不上）。"""
+    d = load_object(body)
+    top = d.pop("top", None)
+    p = check_params(d, tok, defaults)
+    if top is None:
+        return p, TOP_DEFAULT
+    return p, _number({"top": top}, "top", 1, TOP_MAX, integer=True)
+
+
+def parse_attention(body: bytes, tok, block_size: int) -> str:
+    """``/api/attention`` 的请求正文 ``{"text": "…"}`` → 要看注意力的那段文字。
+
+    1 到 ``min(MAX_ATTENTION, block_size − 1)`` 个字（模型前面还要放一个开头的换行），
+    只能有词表里的字；否则 :class:`ApiError`（400）。"""
+    d = load_object(body)
+    _no_unknown(d, ("text",))
+    if "text" not in d:
+        raise ApiError(400, "缺少参数 text（要看注意力的那段文字）", "missing field: text")
+    _text(d, "text", attention_limit(block_size), tok)
+    if not d["text"]:
+        raise ApiError(400, "text 不能为空", "text must not be empty")
+    return d["text"]
+
+
+def attention_limit(block_size: int) -> int:
+    """/api/attention 的 text 最多几个字：``MAX_ATTENTION``，且放得进模型的上下文。"""
+    return max(1, min(MAX_ATTENTION, block_size - 1))
 
 
 def _check_ranges(p: dict, tok) -> None:
