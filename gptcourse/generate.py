@@ -314,16 +314,7 @@ def _choose(logits: torch.Tensor, live: list[Row], rules: _Rules, tok) -> list[i
     只有重复惩罚、格式约束和抽样逐行；禁用 <unk>、温度、top-k、top-p、softmax 整批一次算完。
     选中的词元也在这里接进每行"当前这首诗"的文本（增量维护，不必每步重新解码整行）。
     """
-    logits = logits.float()
-    penalty = rules.params.repetition_penalty
-    if penalty != 1:                                               # 只惩罚模型看得见的窗口里的字
-        for j, r in enumerate(live):
-            seen = sorted(set(r.ids[-rules.window:]) - {rules.eos})   # 结束符是结构，不惩罚
-            logits[j] = penalize(logits[j], seen, penalty)
-    logits = logits.index_fill(-1, rules.banned, NEG_INF)         # 从不生成 <unk>
-    if rules.cons is not None:              # 掩码已在 logits 的设备上，而且每行都有可选的字
-        allowed = torch.stack([rules.cons.allowed(r.poem) for r in live])         # [b, V]
-        logits = logits.masked_fill(~allowed, NEG_INF)
+    logits = _apply_rules(logits, live, rules)        # 重复惩罚 → 禁用 <unk> → 格式掩码
     picked = sample_with(logits, rules.params, [r.generator for r in live]).tolist()
     if rules.cons is not None:
         for r, nxt in zip(live, picked):
@@ -333,10 +324,7 @@ def _choose(logits: torch.Tensor, live: list[Row], rules: _Rules, tok) -> list[i
 
 def _apply_rules(logits: torch.Tensor, live: list[Row], rules: _Rules) -> torch.Tensor:
     """采样之前的规则：重复惩罚 → 禁用 <unk> → 格式掩码。logits [b, V] → 新的 float logits
-    （不改动传入的 logits）。
-
-    与 :func:`_choose` 在 ``sample_with`` 之前的几行相同（``_choose`` 的源码印在笔记本 05 里，
-    所以它不调用这里）；tests/test_serve_live.py 检查同一个种子下两边抽到的字相同。"""
+    （不改动传入的 logits）。解码（:func:`_choose`）与课堂演示的 ``next_token_stages`` 都用它。"""
     logits = logits.float()
     penalty = rules.params.repetition_penalty
     if penalty != 1:                                               # 只惩罚模型看得见的窗口里的字
