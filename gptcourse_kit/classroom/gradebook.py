@@ -208,6 +208,21 @@ def _columns(subs: list[Submission]) -> list[tuple[str, str]]:
     return sorted(cols, key=lambda c: (c[0], cols.index(c)))
 
 
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+class _CsvWriter:
+    """csv.writer，但以 = + - @、制表符或回车开头的文字前面加一个 '（OWASP 的做法）：Excel、WPS、
+    LibreOffice 打开成绩册时不会把学生起的名字或代码发来的说明当公式执行。"""
+
+    def __init__(self, f):
+        self._w = csv.writer(f)
+
+    def writerow(self, row) -> None:
+        self._w.writerow([f"'{v}" if isinstance(v, str) and v.startswith(FORMULA_START) else v
+                          for v in row])
+
+
 def write_csv(subs: list[Submission], path: Path, weights: Weights | None = None) -> None:
     """成绩册：每个学生一行（学号、姓名、每道题的得分、总分、满分、百分比、备注）。"""
     cols = _columns(subs)
@@ -223,7 +238,7 @@ def write_csv(subs: list[Submission], path: Path, weights: Weights | None = None
         row["notes"] += s.notes                      # 忽略的语句、演示单元格出错、疑似伪造……
 
     def write(f) -> None:
-        w = csv.writer(f)
+        w = _CsvWriter(f)
         head = [f"{n}（{_fmt(weight(c, n, weights))}分）" if len(chapters) == 1 else
                 f"{c}.{n}（{_fmt(weight(c, n, weights))}分）" for c, n in cols]
         w.writerow(["学号", "姓名", *head, "总分", "满分", "百分比", "备注"])
@@ -239,7 +254,7 @@ def write_csv(subs: list[Submission], path: Path, weights: Weights | None = None
 def write_long_csv(subs: list[Submission], path: Path, weights: Weights | None = None) -> None:
     """长表：每个学生的每道题一行（说明里的换行换成空格）。"""
     def write(f) -> None:
-        w = csv.writer(f)
+        w = _CsvWriter(f)
         w.writerow(["学号", "姓名", "笔记本", "章节", "练习", "结果", "得分", "分值", "说明",
                     "判决"])
         for s in subs:
