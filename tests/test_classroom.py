@@ -473,7 +473,6 @@ def test_a_copied_or_unlabelled_answer_cell_is_graded_with_a_note(tmp_path):
 def test_a_formula_in_a_name_or_a_note_is_not_a_formula_in_the_gradebook(tmp_path):
     """grading review F7（0221）：学生起的名字 =1+2、代码发来的 =HYPERLINK(...)——成绩册里前面加 '，
     表格软件不会执行。"""
-    import csv as csv_module
     from gptcourse_kit.classroom.grade import Submission
     from gptcourse_kit.classroom.gradebook import write_csv, write_long_csv
     sub = Submission(Path("0221_=1+2_01.ipynb"), chapter="nb01")
@@ -482,6 +481,42 @@ def test_a_formula_in_a_name_or_a_note_is_not_a_formula_in_the_gradebook(tmp_pat
     write_long_csv([sub], tmp_path / "long.csv")
     for name in ("g.csv", "long.csv"):
         with open(tmp_path / name, encoding="utf-8-sig", newline="") as f:
-            cells = [c for row in csv_module.reader(f) for c in row]
+            cells = [c for row in csv.reader(f) for c in row]
         assert not any(c.startswith(("=", "+", "-", "@")) for c in cells), cells
     assert "'=1+2" in (tmp_path / "g.csv").read_text(encoding="utf-8-sig")
+
+
+@pytest.mark.parametrize("source, flag", [
+    ("causal_mask = gc.model.causal_mask", "= gc.model.causal_mask"),
+    ("class MLP(gc.model.MLP):\n    pass", "class MLP(gc.model.MLP)"),
+    ("def count_pairs(ids):\n    return gc.bpe.get_stats(ids)", "只是 return gc.bpe.get_stats"),
+    ("def f(m):\n    x = gc.check.nb02_model.solution_make_leaky(m)\n    return x",
+     "调用了 gc.check.nb02_model.solution_make_leaky"),
+])
+def test_answers_that_hand_in_the_package_reference_are_flagged(source, flag):
+    """grading review F2：把包里的参考实现直接当答案——说明里提醒老师看一眼（不扣分）。"""
+    from gptcourse_kit.classroom.grade import reference_uses
+    assert any(flag in f for f in reference_uses(source)), reference_uses(source)
+
+
+def test_no_teacher_answer_and_no_use_of_a_package_helper_is_flagged():
+    from gptcourse.runtime import ROOT
+    from gptcourse_kit.classroom.grade import reference_uses
+    assert reference_uses("def g(poem):\n    t = gc.verse.tone(poem[1])\n    return t") == []
+    for path in sorted((ROOT / "notebooks").glob("0*.ipynb")):
+        for c in nbformat.read(path, as_version=4).cells:
+            if c.metadata.get("nbgrader", {}).get("solution"):
+                assert reference_uses(c.source) == [], (path.name, c.metadata["nbgrader"])
+
+
+def test_a_flagged_answer_carries_a_note_in_the_gradebook(tmp_path):
+    ref = tmp_path / "ref"
+    ref.mkdir()
+    nbformat.write(reference_nb(), ref / "01_tiny.ipynb")
+    nb = student_notebook(teacher_nb())
+    nb.cells[2].source = ("import gptcourse as gc\n\n"
+                          "def count_pairs(ids):\n    return gc.bpe.get_stats(ids)")
+    nbformat.write(nb, tmp_path / "4006_x.ipynb")
+    assert main(["grade", str(tmp_path / "4006_x.ipynb"), "--reference", str(ref),
+                 "--csv", str(tmp_path / "g.csv"), "--jobs", "1"]) == 0
+    assert "疑似直接用了包里的参考实现" in (tmp_path / "g.csv").read_text(encoding="utf-8-sig")

@@ -331,6 +331,8 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
                 notes.append(f"练习 {ex}：按第一次作答 {committed[g]} 评分"
                              f"（后来改成了 {first[1]}）")
             source, names, dropped, error, refused = sanitize(answer)
+            notes.extend(f"练习 {ex}：疑似直接用了包里的参考实现（{what}），请老师看一眼"
+                         for what in reference_uses(answer))
             if dropped:
                 notes.append(f"练习 {ex}：忽略了 {dropped} 条直接执行的语句（评分只采用定义）")
             notes.extend(f"练习 {ex}：不能用 {n} 这个名字（它是内置函数或评分用的名字），已忽略"
@@ -348,6 +350,54 @@ def build_spec(reference: nbformat.NotebookNode, submission: nbformat.NotebookNo
         order.index(e) if e in order else len(order), checked.index(e)))
     return {"chapter": chapter, "cell_timeout": cell_timeout, "cells": cells,
             "exercises": exercises, "order": checked}, notes
+
+
+PACKAGE_ROOTS = ("gc", "gptcourse")
+
+
+def _dotted(node: ast.AST) -> str | None:
+    """``gc.model.MLP`` 这样以包名开头的属性链 → 它的文字；不是 → None。"""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name) and node.id in PACKAGE_ROOTS and parts:
+        return ".".join([node.id, *reversed(parts)])
+    return None
+
+
+def reference_uses(source: str) -> list[str]:
+    """答案里直接拿包的参考实现充数的地方（grading review F2）：把 ``gc.…`` 直接绑到练习的名字上、
+    继承 ``gc.…`` 的类却什么都没写、函数只有一句 ``return gc.…(…)``、调用检查器或 ``solution_*``。
+    只是提示老师看一眼，不扣分：用包里的工具函数写答案本身是允许的。"""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign | ast.AnnAssign) and node.value is not None \
+                and (name := _dotted(node.value)):
+            found.append(f"= {name}")
+        elif isinstance(node, ast.ClassDef):
+            bases = [b for b in map(_dotted, node.bases) if b]
+            empty = all(isinstance(x, ast.Pass) or (isinstance(x, ast.Expr) and isinstance(
+                x.value, ast.Constant)) for x in node.body)
+            if bases and empty:
+                found.append(f"class {node.name}({bases[0]}) 里什么都没写")
+        elif isinstance(node, ast.FunctionDef):
+            body = [x for x in node.body
+                    if not (isinstance(x, ast.Expr) and isinstance(x.value, ast.Constant))]
+            call = body[0].value if len(body) == 1 and isinstance(body[0], ast.Return) else None
+            if isinstance(call, ast.Call) and (name := _dotted(call.func)):
+                found.append(f"{node.name} 只是 return {name}(…)")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func) or getattr(node.func, "id", None) or ""
+            if name.startswith(("gc.check.", "gptcourse.check.")) or \
+                    name.rsplit(".", 1)[-1].startswith("solution_"):
+                found.append(f"调用了 {name}")
+    return list(dict.fromkeys(found))
 
 
 def _answers(submission: nbformat.NotebookNode,
