@@ -66,7 +66,7 @@ GIVEAWAYS = {
 }
 # 作答之前的标题、学习目标、章节概览和答案格提示里不许出现的说法（issue 48 第 4 条；见模块说明第 4 条）
 HEADLINE_GIVEAWAYS = {
-    ("01", "guess_leak"): ["泄漏"],
+    ("01", "guess_leak"): ["泄漏", "而不是按位置"],
     ("02", "guess_saturation"): ["为什么除以"],
     ("02", "guess_sqrt_c"): ["为什么除以", "行不行", "√head_dim"],
     ("02", "guess_norm"): ["标准做法", "几乎都用", "更稳"],
