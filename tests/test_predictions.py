@@ -10,6 +10,10 @@
    这次量到的数，检查器再给一句提示，而不是替他说出字母（``choice`` 从不打印正确字母）。
    纯推理题（``REASONING``）没有测量，不受这一条约束。
 3. 每道用字母作答的题都经过 ``gc.check._common.choice``：答错时不说出正确的字母。
+4. **标题和学习目标不剧透**（issue 48 第 4 条）。学员作答之前扫一眼就会读到的“标题式”文字——第一格
+   （标题、学习目标、章节概览）和其他带一级标题的“部分导言”格、题目所在那一节（从上一个 ``##``
+   标题到答案格）的各级标题和以粗体开头的行、答案格里的提示——不许出现 ``HEADLINE_GIVEAWAYS``
+   为这道题列出的说法（例如 03 ``predict_overfit`` 之前的“早停”“过拟合”：它们宣告了先降后升）。
 """
 from __future__ import annotations
 
@@ -54,6 +58,23 @@ GIVEAWAYS = {
     ("03", "predict_overfit"): ["真实语料也会被背下来", "过拟合 U 形"],
     ("04", "guess_ledger"): ["上文越少越难猜", "每段开头的字几乎没有上文"],
     ("03", "predict_windows"): ["免费答案", "只编码两个字之间的**相对**距离"],
+    ("01", "guess_leak"): ["初学者常做的事"],
+    ("02", "guess_sqrt_c"): ["一个头只在自己的 D 维里算点积"],
+    ("02", "guess_norm"): ["GPT-2 以来的标准做法"],
+    ("03", "predict_overfit"): ["过拟合与早停", "两者会明显分开"],
+    ("04", "guess_zigzag"): ["开启新的意思，最难猜"],
+}
+# 作答之前的标题、学习目标、章节概览和答案格提示里不许出现的说法（issue 48 第 4 条；见模块说明第 4 条）
+HEADLINE_GIVEAWAYS = {
+    ("01", "guess_leak"): ["泄漏", "而不是按位置"],
+    ("02", "guess_saturation"): ["为什么除以"],
+    ("02", "guess_sqrt_c"): ["为什么除以", "行不行", "√head_dim"],
+    ("02", "guess_norm"): ["标准做法", "几乎都用", "更稳"],
+    ("03", "predict_init_loss"): ["ln V", r"\ln V"],
+    ("03", "predict_overfit"): ["早停", "过拟合", "≠", "U 形", "先降后升"],
+    ("03", "predict_windows"): ["混杂", "反超", "作弊"],
+    ("04", "guess_zigzag"): ["二字词", "节奏", "锯齿", "最难猜"],
+    ("04", "guess_shuffled_tones"): ["相反", "掷硬币"],
 }
 # 纯推理题：答案靠数数/推理得出，没有要先跑的实验
 REASONING = {("02", "guess_offset")}
@@ -86,6 +107,44 @@ def _shown_text(cell) -> str:
     return "\n".join(parts)
 
 
+HEADING = re.compile(r"^(#+)\s")
+
+
+def headlines(nb, answer: int) -> list[tuple[int, str]]:
+    """作答之前“标题式”的文字：(单元格, 那段文字)。第一格与带一级标题的部分导言格整格算；
+    题目所在那一节（上一个 ``##`` 或 ``#`` 标题起）里每个标题行和以粗体开头的行（题目那一行除外：选项
+    本来就列着答案）；答案格里的注释（提示）。"""
+    cells = nb.cells[:answer + 1]
+    found = [(0, cells[0].source)]
+    start = 0
+    for i, c in enumerate(cells):
+        if c.cell_type != "markdown":
+            continue
+        levels = [len(m.group(1)) for m in map(HEADING.match, c.source.splitlines()) if m]
+        if 1 in levels and i > 0:
+            found.append((i, c.source))
+        if any(n <= 2 for n in levels):
+            start = i
+    whole = {i for i, _ in found}                                        # 整格算过的不再逐行算
+    for i in range(start, answer):
+        if nb.cells[i].cell_type == "markdown" and i not in whole:
+            found += [(i, line) for line in nb.cells[i].source.splitlines()      # 题目本身（带选项）不算
+                      if HEADING.match(line) or line.startswith("**") and "先猜一猜" not in line]
+    found += [(answer, line) for line in nb.cells[answer].source.splitlines()
+              if line.lstrip().startswith("#") and "SOLUTION" not in line]
+    return found
+
+
+def headline_problems(nb, key, answer: int) -> list[str]:
+    out = []
+    for i, text in headlines(nb, answer):
+        for word in HEADLINE_GIVEAWAYS.get(key, []):
+            if word in text:
+                line = next(l for l in text.splitlines() if word in l).strip()
+                out.append(f"{key}：作答之前的标题 / 学习目标 / 提示（第 {i} 格）说出了 {word!r}：{line[:80]}")
+    return out
+
+
 def problems(path) -> list[str]:
     nb = nbformat.read(path, as_version=4)
     nbno = path.name[:2]
@@ -108,6 +167,7 @@ def problems(path) -> list[str]:
             if where:
                 found.append(f"{key}：{phrase!r} 在第 {where[0]} 格，"
                              f"不在答案格（第 {p['answer']} 格）之后")
+        found += headline_problems(nb, key, p["answer"])
         if key not in REASONING:
             between = [i for i in range(p["answer"] + 1, p["check"])
                        if nb.cells[i].cell_type == "code"]
@@ -129,12 +189,38 @@ def test_the_scan_catches_an_explanation_above_the_question(tmp_path):
     path = tmp_path / "02_probe.ipynb"
     nbformat.write(nb, path)
     got = problems(path)
-    assert len(got) == 2 and "点积只加了 D 项" in got[0] and "之前没有测量" in got[1], got
+    assert len(got) == 3 and "点积只加了 D 项" in got[0] and "之前没有测量" in got[2], got
+    assert "标题" in got[1] and "为什么除以" in got[1], got
     nb.cells = [nb.cells[0].copy(), nb.cells[1], nb.cells[3], nb.cells[2],
                 md("点积只加了 D 项。÷√C 的分布最“平”。")]
     nb.cells[0].source = "### 练习 4（先猜一猜）"
     nbformat.write(nb, path)
     assert problems(path) == []
+
+
+def test_the_scan_reads_titles_goals_and_hints_above_the_question():
+    """对照：学习目标、这一节的标题、粗体引子和答案格提示里的剧透都被找出来；别的节的标题和
+    题目之后的文字不算。"""
+    md, code = nbformat.v4.new_markdown_cell, nbformat.v4.new_code_cell
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [md("# 03\n\n## 学习目标\n1. 一直训练下去时验证曲线的形状与早停"),     # 第一格整格算
+                md("## 15. 检查点\n\n早停要用的 best.pt 在这里写出"),
+                md("## 16. 背下来 ≠ 学会了\n\n### 一直练下去：过拟合\n\n**U 形？** 一直练下去\n\n"
+                   "**先猜一猜：** A 一直下降　B 先降后升"),                        # 题目那一行不算
+                code(f'# 提示：想想先降后升\n{BEGIN}\nguess_overfit = "B"\n### END SOLUTION'),
+                md("## 17. 早停")]
+    got = headline_problems(nb, ("03", "predict_overfit"), 3)
+    words = sorted(g.split("说出了 ")[1].split("：")[0] for g in got)
+    assert words == sorted(["'早停'", "'≠'", "'过拟合'", "'U 形'", "'先降后升'"]), got
+    assert all("第 1 格" not in g and "第 4 格" not in g for g in got), got
+    nb.cells[0].source = "# 03\n\n## 学习目标\n1. 一直训练下去时验证损失怎样变化"
+    nb.cells[2].source = "## 16. 训练损失低，就是学会了吗？\n\n### 一直练下去\n\n**会怎样？** 先猜一猜"
+    nb.cells[3].source = f'# 提示：训练集和验证集会一直同进同退吗？\n{BEGIN}\nguess_overfit = "B"'
+    assert headline_problems(nb, ("03", "predict_overfit"), 3) == []
+
+
+def test_every_headline_giveaway_belongs_to_a_prediction():
+    assert set(HEADLINE_GIVEAWAYS) <= set(EXPLAINED_BY)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem[:2])
