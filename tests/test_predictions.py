@@ -52,19 +52,18 @@ EXPLAINED_BY = {
 }
 # 从前写在题目上方、现在删掉了的说法：可以不出现，但出现就必须在答案格之后
 GIVEAWAYS = {
-    ("01", "guess_leak"): ["都在训练集里出现过几十次"],
+    ("01", "guess_leak"): ["都在训练集里出现过几十次", "初学者常做的事"],
     ("01", "guess_compression"): ["字符分词器每个字产生几个词元"],
     ("03", "predict_init_loss"): ["≈ ln V", "−ln P 是多少"],
-    ("03", "predict_overfit"): ["真实语料也会被背下来", "过拟合 U 形"],
+    ("03", "predict_overfit"): ["真实语料也会被背下来", "过拟合 U 形", "过拟合与早停",
+                                "两者会明显分开"],
     ("04", "guess_ledger"): ["上文越少越难猜", "每段开头的字几乎没有上文"],
     ("03", "predict_windows"): ["免费答案", "只编码两个字之间的**相对**距离"],
-    ("01", "guess_leak"): ["初学者常做的事"],
     ("02", "guess_sqrt_c"): ["一个头只在自己的 D 维里算点积"],
     ("02", "guess_norm"): ["GPT-2 以来的标准做法"],
-    ("03", "predict_overfit"): ["过拟合与早停", "两者会明显分开"],
     ("04", "guess_zigzag"): ["开启新的意思，最难猜"],
 }
-# 作答之前的标题、学习目标、章节概览和答案格提示里不许出现的说法（issue 48 第 4 条；见模块说明第 4 条）
+# 作答之前的标题、学习目标、章节概览和答案格提示里不许出现的说法（issue 48 第 4 条）
 HEADLINE_GIVEAWAYS = {
     ("01", "guess_leak"): ["泄漏", "而不是按位置"],
     ("02", "guess_saturation"): ["为什么除以"],
@@ -112,8 +111,8 @@ HEADING = re.compile(r"^(#+)\s")
 
 def headlines(nb, answer: int) -> list[tuple[int, str]]:
     """作答之前“标题式”的文字：(单元格, 那段文字)。第一格与带一级标题的部分导言格整格算；
-    题目所在那一节（上一个 ``##`` 或 ``#`` 标题起）里每个标题行和以粗体开头的行（题目那一行除外：选项
-    本来就列着答案）；答案格里的注释（提示）。"""
+    题目所在那一节（上一个 ``##`` 或 ``#`` 标题起）里每个标题行和以粗体开头的行（题目那一行
+    除外：选项本来就列着答案）；答案格里的注释（提示）。"""
     cells = nb.cells[:answer + 1]
     found = [(0, cells[0].source)]
     start = 0
@@ -128,7 +127,7 @@ def headlines(nb, answer: int) -> list[tuple[int, str]]:
     whole = {i for i, _ in found}                                        # 整格算过的不再逐行算
     for i in range(start, answer):
         if nb.cells[i].cell_type == "markdown" and i not in whole:
-            found += [(i, line) for line in nb.cells[i].source.splitlines()      # 题目本身（带选项）不算
+            found += [(i, line) for line in nb.cells[i].source.splitlines()  # 题目（带选项）不算
                       if HEADING.match(line) or line.startswith("**") and "先猜一猜" not in line]
     found += [(answer, line) for line in nb.cells[answer].source.splitlines()
               if line.lstrip().startswith("#") and "SOLUTION" not in line]
@@ -141,7 +140,8 @@ def headline_problems(nb, key, answer: int) -> list[str]:
         for word in HEADLINE_GIVEAWAYS.get(key, []):
             if word in text:
                 line = next(l for l in text.splitlines() if word in l).strip()
-                out.append(f"{key}：作答之前的标题 / 学习目标 / 提示（第 {i} 格）说出了 {word!r}：{line[:80]}")
+                out.append(f"{key}：作答之前的标题 / 学习目标 / 提示（第 {i} 格）说出了 "
+                           f"{word!r}：{line[:80]}")
     return out
 
 
@@ -214,7 +214,8 @@ def test_the_scan_reads_titles_goals_and_hints_above_the_question():
     assert words == sorted(["'早停'", "'≠'", "'过拟合'", "'U 形'", "'先降后升'"]), got
     assert all("第 1 格" not in g and "第 4 格" not in g for g in got), got
     nb.cells[0].source = "# 03\n\n## 学习目标\n1. 一直训练下去时验证损失怎样变化"
-    nb.cells[2].source = "## 16. 训练损失低，就是学会了吗？\n\n### 一直练下去\n\n**会怎样？** 先猜一猜"
+    nb.cells[2].source = ("## 16. 训练损失低，就是学会了吗？\n\n### 一直练下去\n\n"
+                          "**会怎样？** 先猜一猜")
     nb.cells[3].source = f'# 提示：训练集和验证集会一直同进同退吗？\n{BEGIN}\nguess_overfit = "B"'
     assert headline_problems(nb, ("03", "predict_overfit"), 3) == []
 
