@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -76,3 +77,21 @@ def test_every_markdown_cell_has_a_stable_id():
         cells = json.loads((cl.NOTEBOOKS / f"{nb}.ipynb").read_text("utf-8"))["cells"]
         ids = [c.get("id") for c in cells]
         assert all(ids) and len(set(ids)) == len(ids), nb
+
+
+GUIDE_ROW = re.compile(r"^\| (0\d) [^|]+\| (\d+) s \| (\d+) s \|$", re.M)
+TIMER = re.compile(r"(?:用时|用了|到这里）)\s*([\d.]+) 秒")
+
+
+def test_the_guides_running_times_are_the_committed_runs():
+    """教学指南的运行时间表：完整模式 = 各笔记本提交的最后一个计时器，快速模式 =
+    docs/notebook_times.json（classroom times 量的）；各差不到 1 秒（表里是取整的秒数）。"""
+    guide = (cl.ROOT / "docs" / "teaching_guide.md").read_text(encoding="utf-8")
+    quick = json.loads((cl.ROOT / "docs" / "notebook_times.json").read_text("utf-8"))["wall_s"]
+    rows = {n: (int(q), int(f)) for n, q, f in GUIDE_ROW.findall(guide)}
+    assert sorted(rows) == [nb[:2] for nb in NOTEBOOKS]
+    for nb in NOTEBOOKS:
+        last = [c for c in SOURCES[nb].nb["cells"] if c["cell_type"] == "code"][-1]
+        full = float(TIMER.findall(SOURCES[nb].out(last["id"]))[-1])
+        assert abs(rows[nb[:2]][1] - full) < 1, (nb, rows[nb[:2]], full)
+        assert abs(rows[nb[:2]][0] - quick[nb]) < 1, (nb, rows[nb[:2]], quick[nb])
