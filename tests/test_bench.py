@@ -182,10 +182,11 @@ def test_markdown_names_the_run_of_each_section():
 def test_only_with_an_unreadable_previous_out_is_one_line_before_measuring(
         tmp_path, capsys, monkeypatch, make, message):
     """R14（B03–B05）：--only 要并进去的上次结果读不出——测量之前一行错误，退出码 2。"""
-    import gptcourse_kit.bench.__main__ as bench_module
+    import importlib
+    bench_module = importlib.import_module("gptcourse_kit.bench.__main__")
     monkeypatch.setattr(bench_module, "snapshot", lambda: pytest.fail("不该开始测量"))
     out = tmp_path / "b.json"
     make(out)
-    assert bench_main.main(["--only", "generation", "--allow-busy", "--out", str(out)]) == 2
+    assert bench_module.main(["--only", "generation", "--allow-busy", "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
