@@ -296,8 +296,11 @@ def text_corpus(path: Path | str, documents: str | None = None) -> Corpus:
     if not counts["train"] or not counts["val"]:
         each = "一行一篇" if how == "lines" else "一段一篇"
         biggest = max(map(len, near_duplicate_groups(docs)), default=1)
+        distinct = len(set(docs))
         hint = ("篇太少：至少要几十篇，验证集才分得到（也可以试试另一种 --documents）"
                 if len(docs) < 100 else
+                f"其中不一样的只有 {distinct} 篇（重复的篇只能进同一个划分）：需要更多不一样的篇"
+                if distinct < 100 else
                 f"其中 {biggest} 篇彼此（近似）重复，一组只能进同一个划分：需要更多不一样的篇"
                 if 2 * biggest >= len(docs) else "这些篇按内容哈希都落在了别的划分里（它本来就是"
                 "某个语料的验证集或测试集？）")

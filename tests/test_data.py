@@ -224,3 +224,11 @@ def test_a_text_whose_documents_are_all_near_duplicates_says_so(tmp_path):
                             for i in range(300)), encoding="utf-8")
     with pytest.raises(UserError, match="300 篇彼此（近似）重复"):
         gc.data.text_corpus(path)
+
+
+def test_a_text_of_few_distinct_documents_says_how_many_are_distinct(tmp_path):
+    from gptcourse.errors import UserError
+    path = tmp_path / "few.txt"
+    path.write_text("".join(f"春{i % 10}\n" for i in range(300)), encoding="utf-8")
+    with pytest.raises(UserError, match="不一样的只有 10 篇"):
+        gc.data.text_corpus(path)
