@@ -66,6 +66,15 @@ def normalize_variants(text: str) -> str:
 
 
 MIN_NEAR_LINE = 4      # 比这短的句不用来认近似重复（一两个字的句“只差一个字”太容易；诗句都更长）
+MAX_NEAR_LINE = 64     # 比这长的句只认完全相同（“挖掉一个字”的键是 O(长度²)：
+                       # 一行 3 MB 没有标点的文本会耗尽内存）
+
+
+def _keys(line: str) -> list[str]:
+    """一句的索引键：每个“挖掉一个字”的写法；太长的句只用它自己（只认完全相同）。"""
+    if len(line) > MAX_NEAR_LINE:
+        return ["\0\0" + line]
+    return [line[:k] + "\0" + line[k + 1:] for k in range(len(line))]
 
 
 def _lines(poem: str) -> list[str]:
@@ -84,13 +93,13 @@ def _near_pairs(poems: list[str]) -> list[tuple[int, int]]:
     index: dict[str, set[int]] = {}
     for i, ls in enumerate(lines):
         for line in ls:
-            for k in range(len(line)):
-                index.setdefault(line[:k] + "\0" + line[k + 1:], set()).add(i)
+            for key in _keys(line):
+                index.setdefault(key, set()).add(i)
     pairs = []
     for i, ls in enumerate(lines):
         shared: dict[int, int] = {}
         for line in ls:
-            hits = set().union(*(index[line[:k] + "\0" + line[k + 1:]] for k in range(len(line))))
+            hits = set().union(*(index[key] for key in _keys(line)))
             for j in hits:
                 if j > i:
                     shared[j] = shared.get(j, 0) + 1
@@ -115,8 +124,12 @@ def near_duplicate_groups(poems: list[str]) -> list[list[int]]:
             x = parent[x]
         return x
 
-    for i, j in _near_pairs(poems):
-        parent[root(i)] = root(j)
+    first: dict[str, int] = {}                  # 完全相同的诗先连起来，近似的比较只做一次（几万行
+    for i, p in enumerate(poems):               # 同样的“哈哈哈哈”不再是平方的时间）
+        parent[i] = first.setdefault(p, i)
+    unique = sorted(first.values())
+    for a, b in _near_pairs([poems[i] for i in unique]):
+        parent[root(unique[a])] = root(unique[b])
     groups: dict[int, list[int]] = {}
     for i in range(len(poems)):
         groups.setdefault(root(i), []).append(i)
@@ -210,6 +223,10 @@ _BLANK = re.compile(r"\n[ \t\u3000]*\n+")   # 一个或几个空行（可以含�
 def read_text_file(path: Path | str) -> str:
     """读一个 UTF-8 文本文件；空文件、二进制文件、解不开的字节 → UserError（说出字节的位置）。"""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path} 是目录：请给一个文本文件（或内置语料的名字）")
+    if path.exists() and not path.is_file():
+        raise UserError(f"{path} 不是普通文件（FIFO、设备……）：请给一个文本文件")
     if not path.is_file():
         raise MissingFileError(f"找不到语料文件 {path}（也不是内置语料的名字："
                                f"{', '.join(available_corpora())}）")
@@ -217,7 +234,10 @@ def read_text_file(path: Path | str) -> str:
     if size > MAX_TEXT_BYTES:
         raise UserError(f"{path.name} 有 {size / 2**20:,.0f} MiB，"
                         f"最多 {MAX_TEXT_BYTES // 2**20} MiB")
-    raw = path.read_bytes()
+    try:
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"读不了 {path}：{e.strerror or e}") from None
     nul = raw.find(b"\0")
     if nul >= 0:
         raise UserError(f"{path.name} 看起来是二进制文件（第 {nul} 个字节是 NUL），"
@@ -275,9 +295,15 @@ def text_corpus(path: Path | str, documents: str | None = None) -> Corpus:
     counts = {s: len(poems(parts[s])) for s in SPLITS}
     if not counts["train"] or not counts["val"]:
         each = "一行一篇" if how == "lines" else "一段一篇"
+        biggest = max(map(len, near_duplicate_groups(docs)), default=1)
+        distinct = len(set(docs))
         hint = ("篇太少：至少要几十篇，验证集才分得到（也可以试试另一种 --documents）"
-                if len(docs) < 100 else "这些篇按内容哈希都落在了别的划分里（它本来就是某个语料的"
-                "验证集或测试集？）")
+                if len(docs) < 100 else
+                f"其中不一样的只有 {distinct} 篇（重复的篇只能进同一个划分）：需要更多不一样的篇"
+                if distinct < 100 else
+                f"其中 {biggest} 篇彼此（近似）重复，一组只能进同一个划分：需要更多不一样的篇"
+                if 2 * biggest >= len(docs) else "这些篇按内容哈希都落在了别的划分里（它本来就是"
+                "某个语料的验证集或测试集？）")
         raise UserError(f"{path.name} 有 {len(docs)} 篇（{each}），划分后训练集 "
                         f"{counts['train']} 篇、验证集 {counts['val']} 篇：{hint}")
     what = "一行一篇" if how == "lines" else "空行分段，一段一篇"
@@ -288,6 +314,8 @@ def text_corpus(path: Path | str, documents: str | None = None) -> Corpus:
 def open_corpus(spec: str, documents: str | None = None) -> Corpus:
     """命令行的 ``--corpus``：内置语料的名字按名字加载（:func:`load_corpus`），否则当作你自己的
     文本文件（:func:`text_corpus`）。"""
+    if not spec.strip():
+        raise UserError("--corpus 是空的：请给内置语料的名字或一个文本文件")
     if spec in CORPORA:
         if documents is not None:
             raise UserError("--documents 只用于你自己的文本文件，内置语料已经分好了篇")

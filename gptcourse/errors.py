@@ -22,3 +22,8 @@ class UserError(ValueError):
 
 class MissingFileError(UserError, FileNotFoundError):
     """用户指定的文件不存在（既是 UserError，也是 FileNotFoundError）。"""
+
+
+class MachineError(Exception):
+    """机器的问题（磁盘满、只读、没有权限）：不是用户输错了，也不是程序的 bug。命令行只把它变成
+    stderr 上一行中文 + 退出码 1，没有堆栈。"""

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import torch
 
-from .errors import UserError
+from .errors import MachineError, UserError
 from .release import settings
 from .tokenizer import EOS, UNK, CharTokenizer
 
@@ -221,11 +221,15 @@ def _write_folder(tmp: Path, model, tok: CharTokenizer, meta: dict) -> None:
     (tmp / "README.md").write_text(_card(meta, arch, decoding), encoding="utf-8")
 
 
-def export_hf(model, tok, meta: dict | None, out: str | Path, force: bool = False) -> Path:
+def export_hf(model, tok, meta: dict | None, out: str | Path, force: bool = False,
+              inputs: tuple[str | Path, ...] = ()) -> Path:
     """把模型写成 Hugging Face 的文件夹 ``out``（文件见 ``FILES``）→ out 的路径。
 
     先写进旁边的临时目录，写完才换到 ``out``：中途出错，``out`` 原来的内容不动。``out`` 已有
-    文件时拒绝（UserError），除非 ``force``；``out`` 是文件也拒绝。"""
+    文件时拒绝（UserError），除非 ``force``；``force`` 也只覆盖以前导出的文件夹（里面只有
+    ``FILES``），从不覆盖别的文件（仓库、检查点所在的目录……），也不覆盖 ``inputs``（这条命令读的
+    文件，例如检查点）所在的目录。``out`` 是文件或符号链接也拒绝。磁盘满、只读、没有权限 →
+    :class:`MachineError`（一句话），临时目录删掉。"""
     if not isinstance(tok, CharTokenizer):
         raise UserError(f"只能导出字符级分词器的模型（这个是 {type(tok).__name__}）")
     architecture(model.config)                                  # 先检查结构，再动文件
@@ -234,13 +238,12 @@ def export_hf(model, tok, meta: dict | None, out: str | Path, force: bool = Fals
         import tokenizers  # noqa: F401
     except ImportError:
         raise UserError('导出需要 safetensors 与 tokenizers：pip install -e ".[export]"') from None
-    out = Path(out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--hf 应是一个目录，{out} 是文件")
-    if out.is_dir() and any(out.iterdir()) and not force:
-        raise UserError(f"{out} 不是空目录；要覆盖请加 --force")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    out = _check_target(out, force, inputs)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    except OSError as e:
+        raise MachineError(f"写不了 {out.parent}：{e.strerror or e}") from None
     try:
         with torch.no_grad():
             _write_folder(tmp, model, tok, meta or {})
@@ -256,7 +259,39 @@ def export_hf(model, tok, meta: dict | None, out: str | Path, force: bool = Fals
         os.replace(tmp, out)
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) or type(e).__name__ == "SafetensorError":   # 磁盘满、只读……
+            why = getattr(e, "strerror", None) or " ".join(str(e).split())[:160]
+            raise MachineError(f"写不出 {out}：{why}（临时文件已删除，{out} 原来的内容没有动）") \
+                from None
         raise
+    return out
+
+
+def _check_target(text: str | Path, force: bool, inputs: tuple[str | Path, ...]) -> Path:
+    """--hf 的目录：名字不为空、不是文件、不是符号链接、上级不是文件；已有内容时见 export_hf。"""
+    if not str(text).strip():
+        raise UserError("--hf 是空的：请给一个目录名")
+    out = Path(os.path.abspath(text))                 # “.”“..”“dir/” 都变成有名字的绝对路径
+    if out.is_symlink():
+        raise UserError(f"--hf {text} 是符号链接：请直接给一个目录（不跟着链接写到别处）")
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--hf 应是一个目录，{out} 是文件")
+    parent = out.parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UserError(f"--hf {text} 建不了：上级 {parent} 是文件")
+    if out.is_dir():
+        entries = sorted(p.name for p in out.iterdir())
+        if entries and not force:
+            raise UserError(f"{out} 不是空目录；要覆盖请加 --force")
+        others = [n for n in entries if n not in FILES]
+        if others:
+            raise UserError(f"--force 只覆盖以前导出的文件夹；{out} 里还有别的文件（"
+                            f"{'、'.join(others[:3])}{' …' if len(others) > 3 else ''}），不动它")
+        for f in inputs:
+            if f is not None and Path(os.path.abspath(f)).parent == out:
+                raise UserError(f"--hf {out} 是检查点 {f} 所在的目录：换一个目录")
     return out

@@ -131,25 +131,49 @@ def ledger_path(notebook: str) -> Path:
     return LEDGER / f"{notebook}.toml"
 
 
+class LedgerError(ValueError):
+    """账本文件写错了（TOML 语法、字段、类型）或读不了：一句话说出哪个文件、第几条。"""
+
+
+_TYPES = {"cell": str, "quote": str, "kind": str, "value": str, "check": str, "ref": str,
+          "expect": (int, float), "tol": (int, float)}
+
+
 def load_ledger(notebook: str, path: Path | None = None) -> list[Claim]:
-    """读一个笔记本的登记；字段写错时 ValueError 说明是哪一条。"""
+    """读一个笔记本的登记；文件读不了、TOML 写错、字段写错时 :class:`LedgerError`（ValueError）
+    说明是哪个文件、哪一条。"""
     path = path or ledger_path(notebook)
     if not path.exists():
         return []
-    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        why = getattr(e, "strerror", None) or " ".join(str(e).split())[:160]
+        raise LedgerError(f"{path.name} 读不了或不是合法的 TOML：{why}") from None
+    items = data.get("claim", [])
+    if not isinstance(items, list):
+        raise LedgerError(f"{path.name}：登记要写成 [[claim]]（表的数组），"
+                          f"这里是 {type(items).__name__}")
     out = []
-    for i, item in enumerate(data.get("claim", []), 1):
-        unknown = set(item) - {"cell", "quote", "kind", "value", "expect", "tol", "check", "ref"}
-        if unknown or not {"cell", "quote", "kind"} <= set(item) or item["kind"] not in KINDS:
-            raise ValueError(f"{path.name} 第 {i} 条登记写错了：{item}")
+    for i, item in enumerate(items, 1):
+        if not isinstance(item, dict):
+            raise LedgerError(f"{path.name} 第 {i} 条登记写错了：{item!r}")
+        unknown = set(item) - set(_TYPES)
+        typed = all(isinstance(v, _TYPES[k]) and not isinstance(v, bool)
+                    for k, v in item.items() if k in _TYPES)
+        if unknown or not typed or not {"cell", "quote", "kind"} <= set(item) \
+                or item["kind"] not in KINDS:
+            raise LedgerError(f"{path.name} 第 {i} 条登记写错了（字段只能是 {'、'.join(_TYPES)}；"
+                              f"cell、quote、kind 必填；kind 是 {' | '.join(KINDS)}；"
+                              f"expect、tol 是数，其余是字符串）：{item}")
         claim = Claim(notebook, source=path.name, **item)
         shape = {"figure": (claim.value is not None and claim.expect is not None)
                  or claim.check is not None,
                  "behaviour": claim.check is not None,
                  "fact": bool(claim.ref)}[claim.kind]
         if not shape:
-            raise ValueError(f"{path.name} 第 {i} 条（{claim.label}）：figure 要 value+expect 或 "
-                             f"check，behaviour 要 check，fact 要 ref")
+            raise LedgerError(f"{path.name} 第 {i} 条（{claim.label}）：figure 要 value+expect 或 "
+                              f"check，behaviour 要 check，fact 要 ref")
         out.append(claim)
     return out
 
@@ -285,11 +309,13 @@ def evaluate(claim: Claim, sources: Sources) -> str | None:
             ns[name]                                                # 用到的来源先读进来
         scope = {**ns, "__builtins__": __builtins__}                # 推导式里也看得见这些名字
         got = eval(expr, scope)                                     # noqa: S307 登记是仓库里的文件
+        holds = bool(got) if claim.check is not None else None      # 多个元素的张量：说清楚
+        got = float(got) if claim.check is None else got            # 字符串、None：说清楚
     except Exception as e:                                          # noqa: BLE001 来源变了也要说清楚
         return f"{claim.label}：{expr} 算不出来（{type(e).__name__}: {e}）"
     if claim.check is not None:
-        return None if got else f"{claim.label}：{expr} 现在不成立"
-    if not abs(float(got) - float(claim.expect)) <= claim.tol:
+        return None if holds else f"{claim.label}：{expr} 现在不成立"
+    if not abs(got - float(claim.expect)) <= claim.tol:
         return (f"{claim.label}：句子写的是 {claim.expect:g}，{expr} 现在是 {float(got):.6g}"
                 f"（容差 {claim.tol:g}）")
     return None
@@ -340,9 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     bad = 0
     for name in names:
         if name not in notebooks():
-            print(f"错误：没有笔记本 {name!r}", file=sys.stderr)
+            print(f"错误：没有笔记本 {name!r}；现有：{', '.join(notebooks())}", file=sys.stderr)
             return 2
-        claims = load_ledger(name)
+        try:
+            claims = load_ledger(name)
+        except LedgerError as e:
+            print(f"错误：{' '.join(str(e).split())}", file=sys.stderr)
+            return 2
         if args.todo:
             print(_todo(name, claims))
             continue

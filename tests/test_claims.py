@@ -95,3 +95,42 @@ def test_the_guides_running_times_are_the_committed_runs():
         full = float(TIMER.findall(SOURCES[nb].out(last["id"]))[-1])
         assert abs(rows[nb[:2]][1] - full) < 1, (nb, rows[nb[:2]], full)
         assert abs(rows[nb[:2]][0] - quick[nb]) < 1, (nb, rows[nb[:2]], quick[nb])
+
+
+@pytest.mark.parametrize("text,words", [
+    ('[[claim]\ncell = ', "不是合法的 TOML"),
+    ('[[claim]]\ncell = "a"\nquote = "q"\nkind = "fact"\nref = "r"\nref = "s"\n',
+     "不是合法的 TOML"),
+    ('[claim]\ncell = "a"\nquote = "q"\nkind = "fact"\nref = "r"\n', "表的数组"),
+    ('claim = [1, 2]\n', "第 1 条登记写错了"),
+    ('[[claim]]\ncell = "a"\nkind = "fact"\nref = "r"\n', "必填"),
+    ('[[claim]]\ncell = "a"\nquote = 11\nkind = "fact"\nref = "r"\n', "写错了"),
+    ('[[claim]]\ncell = "a"\nquote = "q"\nkind = "figure"\nvalue = "1"\nexpect = "eleven"\n',
+     "expect、tol 是数"),
+    ('[[claim]]\ncell = "a"\nquote = "q"\nkind = "figure"\nvalue = "1"\nexpect = true\n',
+     "expect、tol 是数"),
+])
+def test_a_malformed_ledger_is_one_line_exit_2_naming_the_file(tmp_path, monkeypatch, capsys,
+                                                                text, words):
+    """账本写错（语法、表的形状、缺字段、类型）：CLI 一行、退出码 2，不是堆栈；ValueError 照旧。"""
+    monkeypatch.setattr(cl, "LEDGER", tmp_path)
+    nb = NOTEBOOKS[0]
+    (tmp_path / f"{nb}.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(ValueError, match=words):
+        cl.load_ledger(nb)
+    assert cl.main([nb]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{nb}.toml" in err and words in err
+    (tmp_path / f"{nb}.toml").unlink()
+    (tmp_path / f"{nb}.toml").mkdir()
+    assert cl.main([nb]) == 2 and "读不了" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kw", [dict(value="'abc'", expect=1), dict(value="None", expect=1),
+                                dict(check="torch.ones(3)")])
+def test_an_expression_with_an_unusable_result_is_reported_not_raised(tmp_path, kw):
+    nb = {"cells": [{"id": "m1", "cell_type": "markdown", "source": ["快了 1.96×。"]}]}
+    sources = cl.Sources("x", root=tmp_path)
+    sources.__dict__["nb"] = nb
+    claim = cl.Claim("x", "m1", "1.96×", "figure", **kw)
+    assert "算不出来" in cl.evaluate(claim, sources)

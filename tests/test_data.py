@@ -184,3 +184,51 @@ def test_your_own_text_is_split_like_the_bundled_corpora(tmp_path):
     nahan = tmp_path / "nahan.txt"
     nahan.write_bytes((DATA_DIR / "luxun_nahan.txt").read_bytes())
     assert not gc.data.is_verse(gc.data.text_corpus(nahan))
+
+
+def test_a_folder_a_fifo_or_an_empty_name_as_corpus_is_named_for_what_it_is(tmp_path):
+    import os
+
+    from gptcourse.errors import UserError
+    os.mkfifo(tmp_path / "pipe")
+    for spec, words in ((tmp_path, "是目录"), (tmp_path / "pipe", "不是普通文件"),
+                        ("", "是空的"), ("  ", "是空的")):
+        with pytest.raises(UserError, match=words):
+            gc.data.open_corpus(str(spec))
+
+
+def test_a_huge_line_without_punctuation_is_split_in_bounded_time_and_memory():
+    """一行 3 MB、没有标点（以前“挖掉一个字”的键是 O(长度²)：耗尽内存被杀掉）。"""
+    import time
+    t0 = time.perf_counter()
+    assert gc.data.assign_splits(["春" * 3_000_000, "风" * 100]) in (
+        [a, b] for a in gc.data.SPLITS for b in gc.data.SPLITS)
+    assert time.perf_counter() - t0 < 10
+
+
+def test_thousands_of_identical_lines_are_grouped_without_quadratic_time():
+    import time
+    t0 = time.perf_counter()
+    where = gc.data.assign_splits(["好的好的，收到收到。"] * 20_000 + ["白日依山尽，黄河入海流。"])
+    assert len(set(where[:-1])) == 1 and time.perf_counter() - t0 < 10
+    assert gc.data.near_duplicate_groups(["白日依山尽，黄河入海流。", "白日依山尽，黄河入海留。",
+                                          "春眠不觉晓，处处闻啼鸟。", "白日依山尽，黄河入海流。"]) \
+        == [[0, 1, 3]]
+
+
+def test_a_text_whose_documents_are_all_near_duplicates_says_so(tmp_path):
+    """300 篇几乎一样的句子整组进了训练集：说出“彼此重复”，而不是猜它是别的语料的验证集。"""
+    from gptcourse.errors import UserError
+    path = tmp_path / "same.txt"
+    path.write_text("".join(f"第{i}句：今天天气很好，我们去公园散步，看见了很多人在跑步。\n"
+                            for i in range(300)), encoding="utf-8")
+    with pytest.raises(UserError, match="300 篇彼此（近似）重复"):
+        gc.data.text_corpus(path)
+
+
+def test_a_text_of_few_distinct_documents_says_how_many_are_distinct(tmp_path):
+    from gptcourse.errors import UserError
+    path = tmp_path / "few.txt"
+    path.write_text("".join(f"春{i % 10}\n" for i in range(300)), encoding="utf-8")
+    with pytest.raises(UserError, match="不一样的只有 10 篇"):
+        gc.data.text_corpus(path)

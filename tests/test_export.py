@@ -147,7 +147,56 @@ def test_force_replaces_the_folder_and_leaves_no_temporary_files(tmp_path, capsy
     pytest.importorskip("safetensors")
     out = tmp_path / "hf"
     out.mkdir()
-    (out / "old.txt").write_text("旧的", encoding="utf-8")
+    (out / "config.json").write_text("{}", encoding="utf-8")          # 以前导出的、过时的文件夹
     assert cli.main(["export", "--hf", str(out), "--force"]) == 0
     assert sorted(p.name for p in out.iterdir()) == sorted(FILES)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["hf"]
+
+
+def test_force_never_replaces_a_folder_holding_anything_but_an_export(tmp_path, capsys):
+    """--force 落在仓库、家目录或检查点所在的目录上：拒绝，一个文件也不动（以前整个目录被删掉）。"""
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "a.py").write_text("code", encoding="utf-8")
+    ckpt_dir = tmp_path / "ck"
+    ckpt_dir.mkdir()
+    ckpt = ckpt_dir / "model.pt"
+    ckpt.write_bytes(gc.checkpoint.SHIPPED.read_bytes())
+    for out, extra in ((repo, []), (ckpt_dir, ["--checkpoint", str(ckpt)])):
+        before = sorted(p.name for p in out.iterdir())
+        assert cli.main(["export", "--hf", str(out), "--force", *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "只覆盖以前导出的文件夹" in err
+        assert sorted(p.name for p in out.iterdir()) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "repo"]
+
+
+def test_links_empty_names_and_file_parents_are_refused_in_one_line(tmp_path, capsys):
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    (tmp_path / "dangling").symlink_to(tmp_path / "nowhere")
+    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    for hf, words in (("link", "符号链接"), ("dangling", "符号链接"), ("afile/sub", "是文件")):
+        assert cli.main(["export", "--hf", str(tmp_path / hf)]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and words in err, err
+    assert cli.main(["export", "--hf", ""]) == 2
+    assert "是空的" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "dangling", "link", "target"]
+    assert (tmp_path / "link").is_symlink() and not any(target.iterdir())
+
+
+def test_a_failed_write_is_one_line_exit_1_and_leaves_nothing(tmp_path, capsys, monkeypatch):
+    """磁盘满、只读：机器的问题，一行、退出码 1，临时目录删掉。"""
+    pytest.importorskip("safetensors")
+    import gptcourse.export as ex
+
+    def full(tmp, *a):
+        (tmp / "config.json").write_text("{}", encoding="utf-8")
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(ex, "_write_folder", full)
+    assert cli.main(["export", "--hf", str(tmp_path / "hf")]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "No space left" in err and "Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -271,3 +271,14 @@ def test_a_planted_import_is_caught(tmp_path, case):
                   ), 0)
     found = violations(pkg)                       # 没栽之前是 []（test_the_package_keeps_its_layers）  # noqa: E501
     assert message.format(before.count("\n") + 1 + marker) in found, found
+
+
+def test_running_the_kit_package_itself_lists_its_commands_in_one_line():
+    """``python -m gptcourse_kit``：一行中文说出四个命令，退出码 2（以前是 Python 的英文 “No module
+    named gptcourse_kit.__main__”，退出码 1）。"""
+    import subprocess
+    import sys
+    r = subprocess.run([sys.executable, "-m", KIT], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
+    assert all(f"python -m {KIT}.{t}" in r.stderr
+               for t in ("classroom", "claims", "notebooks", "bench"))

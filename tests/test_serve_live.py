@@ -291,3 +291,13 @@ def test_page_has_the_class_demo(server):
     for needle in ("/api/next", "/api/attention", "info.ranges", "info.zero_ok", "info.defaults"):
         assert needle in js, needle
     assert "innerHTML" not in js and "http://" not in js.replace("http://www.w3.org/2000/svg", "")
+
+
+@pytest.mark.parametrize("path", ["/api/next", "/api/attention"])
+def test_opening_a_live_endpoint_with_get_says_post_not_missing(server, path):
+    """在地址栏里打开 /api/next：405 “只接受 POST”，而不是 404 “没有这个地址”。"""
+    status, data, _ = request(server, path)
+    d = json.loads(data)
+    assert status == 405 and "POST" in d["zh"] and d["en"], d
+    status, data, _ = request(server, "/api/nope")
+    assert status == 404

@@ -5,7 +5,8 @@
 
 错误的约定按**类型**分：:class:`gptcourse.errors.UserError`（用户输入有误，包括
 ``CheckpointError``、``UnknownCharacterError``、配置与采样参数的错误）→ stderr 上一行中文，
-退出码 2，没有堆栈。Ctrl+C → 一行“已中断”，退出码 130。其余任何异常都是程序的问题，照常显示堆栈。
+退出码 2，没有堆栈。:class:`~gptcourse.errors.MachineError`（磁盘满、只读）→ 一行，退出码 1。
+Ctrl+C → 一行“已中断”，退出码 130。其余任何异常都是程序的问题，照常显示堆栈。
 ``--debug`` 总是显示堆栈。
 """
 from __future__ import annotations
@@ -15,7 +16,7 @@ import importlib
 import sys
 import warnings
 
-from ..errors import UserError
+from ..errors import MachineError, UserError
 
 COMMANDS = {
     "train": ("gptcourse.cli.train", "在语料上训练模型并保存检查点"),
@@ -60,6 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(e).split())            # 保证只有一行
         print(f"错误：{message}", file=sys.stderr)
         return 2
+    except MachineError as e:                          # 磁盘满、只读……：一行，退出码 1
+        if args.debug:
+            raise
+        print(f"错误：{' '.join(str(e).split())}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:                          # Ctrl+C：一行，不是堆栈；退出码 128 + SIGINT
         if args.debug:
             raise

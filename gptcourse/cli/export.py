@@ -14,7 +14,8 @@ def cli_arguments(p) -> None:
 
 def cli_main(args) -> int:
     model, tok, meta = checkpoint.load(args.checkpoint)
-    out = export_hf(model, tok, meta, args.hf, force=args.force)
+    out = export_hf(model, tok, meta, args.hf, force=args.force,
+                    inputs=(args.checkpoint,))
     print(f"已写出 {out}：{'、'.join(FILES)}")
     print(f'试一试：python -c "from transformers import pipeline; '
           f"print(pipeline('text-generation', model='{out}')('春风', max_new_tokens=40))\"")

@@ -90,6 +90,7 @@ FILES = {                        # GET 路径 → (文件, Content-Type, Cache-C
     "/style.css": (STATIC / "style.css", "text/css; charset=utf-8", "no-store"),
     "/font.otf": (FONT, "font/otf", "max-age=86400"),   # 没装中文字体的机器上也能显示汉字
 }
+POST_PATHS = ("/api/generate", "/api/stream", "/api/next", "/api/attention")
 MAX_BODY = 8192                 # 请求正文上限（字节）
 HTTP_ERRORS_ZH = {400: "请求格式不对", 408: "请求超时", 414: "请求地址太长",
                   431: "请求头太长或太多", 501: "不支持这种请求方法（只有 GET、POST 和 OPTIONS）",
@@ -232,6 +233,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._send(200, file.read_bytes(), ctype, cache)
             elif path == "/api/info":
                 self._json(200, self._info())
+            elif path in POST_PATHS:                    # 在浏览器地址栏里打开 /api/next：说清楚
+                raise ApiError(405, f"{path} 只接受 POST（JSON 正文），不接受 GET",
+                               "method not allowed: use POST")
             else:
                 raise ApiError(404, f"没有这个地址：{path[:100]}", "not found")
 
