@@ -106,16 +106,26 @@ def bwrap_command(argv: list[str], scratch: Path, hide: list[Path] = (),
     """在 bubblewrap 里运行 argv 的完整命令行；``hide`` 里的目录（其他作业所在处）换成空目录。"""
     cmd = [shutil.which("bwrap") or "bwrap", *_base_args()]
     roots, links = _readable_roots()
-    tmp = Path("/tmp").resolve()
+    tmp, course = Path("/tmp").resolve(), ROOT.resolve()
     under_tmp = [p for p in roots if p.is_relative_to(tmp)]   # 例如克隆在 /tmp 下的仓库
+    shell = []                                   # 仓库目录本身：一个空的、之后只读的 tmpfs，
+
+    def bind(p: Path) -> None:                   # 只有挂进去的几个部分在里面
+        if p.is_relative_to(course) and not shell:
+            shell.append(course)
+            cmd.extend(["--size", "4096", "--tmpfs", str(course)])
+        cmd.extend(["--ro-bind", str(p), str(p)])
+
     for p in roots:
         if p not in under_tmp:
-            cmd += ["--ro-bind", str(p), str(p)]
+            bind(p)
     for target, name in links:
         cmd += ["--symlink", target, name]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmp_size), "--tmpfs", "/tmp"]
     for p in under_tmp:                          # 私有的 /tmp 盖住了它们：在 tmpfs 之上再只读挂回来
-        cmd += ["--ro-bind", str(p), str(p)]
+        bind(p)
+    for p in shell:                              # 仓库所在的 /tmp 是可写的：仓库目录单独设成只读
+        cmd += ["--remount-ro", str(p)]
     for p in (Path(h).resolve() for h in hide):
         visible = any(p.is_relative_to(r) for r in roots)
         if visible and not any(r.is_relative_to(p) for r in roots) \
