@@ -43,7 +43,7 @@ from .bpe import BPETokenizer
 from .config import GPTConfig
 from .errors import MissingFileError, UserError
 from .model import GPT
-from .runtime import DATA_DIR
+from .runtime import DATA_DIR, nearest_existing
 from .tokenizer import CharTokenizer, Tokenizer, check_dict
 
 FORMAT = "gptcourse-checkpoint-v2"    # v2：权重里没有因果掩码（模型按 block_size 自己建）
@@ -94,9 +94,7 @@ def check_writable(path: str | Path) -> Path:
                               f"最多 {MAX_NAME_BYTES}）：{path.name[:40]}…")
     if path.is_dir():
         raise CheckpointError(f"检查点路径 {path} 是一个目录，请给出文件名（例如 {path}/model.pt）")
-    parent = path.parent
-    while not parent.exists():
-        parent = parent.parent
+    parent = nearest_existing(path.parent)
     if not parent.is_dir():
         raise CheckpointError(f"无法在 {parent} 下建目录：它是一个文件")
     try:                                          # 真的试一次：权限、只读文件系统、配额都算

@@ -34,6 +34,7 @@ import torch
 
 from .errors import MachineError, UserError
 from .release import settings
+from .runtime import nearest_existing
 from .tokenizer import EOS, UNK, CharTokenizer
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -278,9 +279,7 @@ def _check_target(text: str | Path, force: bool, inputs: tuple[str | Path, ...])
         raise UserError(f"--hf {text} 是符号链接：请直接给一个目录（不跟着链接写到别处）")
     if out.exists() and not out.is_dir():
         raise UserError(f"--hf 应是一个目录，{out} 是文件")
-    parent = out.parent
-    while not parent.exists():
-        parent = parent.parent
+    parent = nearest_existing(out.parent)
     if not parent.is_dir():
         raise UserError(f"--hf {text} 建不了：上级 {parent} 是文件")
     if out.is_dir():
