@@ -9,6 +9,9 @@
 - **不重韵（norepeat）**：没有头，直接作用在语言模型的输出上：在第 2 个及以后的韵脚的前一个位置，
   压低这首诗**已经用过的韵脚字**的概率（“反似然”损失 −log(1 − Σ p(用过的字))，Welleck 等 2019）。
   韵部头让模型知道该押哪个韵部，却也让它最省事地把上一个韵脚字再抄一遍（重韵）；这一项专门管这个。
+- **可用的韵脚（rhymeset）**：也没有头：在第 2 个及以后的韵脚的前一个位置，抬高语言模型
+  放在“本诗韵部里、还没做过韵脚的字”上的总概率（−log Σ p(可用的字)）。“不重韵”只把用过的字
+  压下去，压下去的概率可能流到韵外的字上；这一项告诉它该流到哪里。
 - **首句加权（firstline）**：也没有头：带《题》的诗，正文第一句的字再算一遍语言模型的交叉熵。
   第一句离题目最近、最该由题目决定；加权让“读题”在损失里更重。
 
@@ -112,6 +115,37 @@ class RepeatPenalty(OnLogits):
         return (ul * rows).sum() / rows.sum().clamp(min=1)
 
 
+class RhymeSet(OnLogits):
+    """押得上、又没用过：第 2 个及以后的韵脚位置上，语言模型放在“这首诗的韵部里、还没做过韵脚的字”
+    上的总概率 q，损失 −log q。没有参数，读语言模型的 logits。
+
+    真字总在这个集合里（真诗几乎不重韵），所以这一项不和语言模型的损失冲突；它要的是概率铺在整个
+    可用的集合上，而不是堆在上一个韵脚字上（模型最省事的“抄一遍”）。
+
+    标签 [N, 1 + MAX_FEET]：第 0 列是韵部编号（−1 = 这个位置不算），其余列是用过的韵脚字 id
+    （−1 = 空）。``members`` [韵部数, V]：词表里每个字属于哪些平声韵部（:func:`group_members`）。"""
+
+    NAME = "rhymeset"
+
+    def __init__(self, labels: dict[str, torch.Tensor], weight: float = 1.0,
+                 members: torch.Tensor | None = None):
+        super().__init__(labels, weight)
+        self.register_buffer("members", members, persistent=False)
+
+    def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """logits [B, T, V]，labels [B, T, 1 + K] → 标量。"""
+        group, used = labels[..., 0], labels[..., 1:]                          # [B, T], [B, T, K]
+        rows = group >= 0                                                      # [B, T]
+        if not bool(rows.any()):
+            return logits.sum() * 0.0
+        logp = logits[rows].float().log_softmax(-1)                            # [M, V]
+        allowed = self.members[group[rows]].clone()                            # [M, V]
+        u = used[rows]                                                         # [M, K]
+        allowed.scatter_(1, u.clamp(min=0), allowed.gather(1, u.clamp(min=0)) & (u < 0))
+        q = logp.masked_fill(~allowed, float("-inf")).logsumexp(-1)            # [M]
+        return -q.clamp(min=-30.0).mean()
+
+
 class FirstLine(OnLogits):
     """首句加权：带《题》的诗正文第一句上，语言模型的交叉熵再算一遍（没有参数，读 logits）。
 
@@ -211,6 +245,35 @@ def used_rhyme_labels(ids: torch.Tensor, tok) -> torch.Tensor:
     return out
 
 
+def rhyme_set_labels(ids: torch.Tensor, tok) -> torch.Tensor:
+    """[len(ids), 1 + MAX_FEET]：合乎诗体、押平声韵、没有重韵的诗，第 2 个及以后的韵脚字的位置上
+    记韵部编号与前面各韵脚字的 id；其余 −1。"""
+    group = {g: i for i, g in enumerate(PING_GROUPS)}
+    out = torch.full((len(ids), 1 + MAX_FEET), -1, dtype=torch.long)
+    for offset, poem in _poems(ids, tok):
+        a = verse.check_rhyme(poem)
+        if not (verse.is_valid_form(poem) and a.rhymes and a.group in group) or a.repeated:
+            continue
+        pos = sorted(a.positions)
+        for j, p in enumerate(pos[1:], 1):
+            used = list(dict.fromkeys(int(ids[offset + q]) for q in pos[:j]))[:MAX_FEET]
+            out[offset + p, 0] = group[a.group]
+            out[offset + p, 1:1 + len(used)] = torch.tensor(used)
+    return out
+
+
+def group_members(tok) -> torch.Tensor:
+    """[平声韵部数, V] bool：词表里每个字（一个词元一个字）属于哪些平声韵部。"""
+    out = torch.zeros(len(PING_GROUPS), tok.vocab_size, dtype=torch.bool)
+    index = {g: i for i, g in enumerate(PING_GROUPS)}
+    for i in range(tok.vocab_size):
+        piece = tok.decode([i])
+        if len(piece) == 1:
+            for g in verse.ping_groups(piece):
+                out[index[g], i] = True
+    return out
+
+
 def first_line_labels(ids: torch.Tensor, tok) -> torch.Tensor:
     """与 ids 等长：带《题》的诗，正文第一句（到第一个句末标点为止，不含标点）的位置记这个字的 id，
     其余 −1。不带题目的诗不算：它们的第一句没有可读的题目。"""
@@ -229,6 +292,7 @@ def first_line_labels(ids: torch.Tensor, tok) -> torch.Tensor:
 BUILDERS = {"rhyme": (rhyme_labels, PING_GROUPS, "合乎诗体、押平声韵的诗"),
             "tones": (tone_labels, TONE_CLASSES, "合乎诗体的诗"),
             "norepeat": (used_rhyme_labels, RepeatPenalty, "合乎诗体、押平声韵的诗"),
+            "rhymeset": (rhyme_set_labels, RhymeSet, "合乎诗体、押平声韵、不重韵的诗"),
             "firstline": (first_line_labels, FirstLine, "带《题》的诗（--titled）")}
 
 
@@ -274,6 +338,9 @@ def build(names, splits: dict[str, torch.Tensor], tok, n_embd: int,
                 f"辅助目标 {name} 在 {first} 里一个标签也没有：需要{needs}，"
                 f"而且分词器一个词元一个字（{type(tok).__name__}）。"
                 "这样的辅助损失一直是 0，不起作用；换一个语料，或去掉它")
-        objectives.append(classes(labels, w) if isinstance(classes, type)
-                          else Objective(name, n_embd, classes, labels, w))
+        if classes is RhymeSet:
+            objectives.append(RhymeSet(labels, w, group_members(tok)))
+        else:
+            objectives.append(classes(labels, w) if isinstance(classes, type)
+                              else Objective(name, n_embd, classes, labels, w))
     return objectives

@@ -208,3 +208,39 @@ def test_cli_bad_aux_is_one_line_exit_2(tmp_path, capsys, extra, message):
     err = capsys.readouterr().err
     assert err.startswith("错误：") and message in err and err.count("\n") == 1
     assert not list(tmp_path.iterdir())
+
+
+def test_rhyme_set_labels_carry_the_group_and_the_used_feet(tok):
+    text = f"\n{DENG}\n《春晓》{XIAO}\n"
+    labels = objectives.rhyme_set_labels(ids_of(tok, text), tok)       # [N, 1 + MAX_FEET]
+    got = {(i, text[i]): (PING_GROUPS[row[0]], [tok.decode([j]) for j in row[1:] if j >= 0])
+           for i, row in enumerate(labels.tolist()) if row[0] >= 0}
+    assert got == {(23, "楼"): ("下平十一尤", ["流"])}   # 第 2 个韵脚：韵部与用过的字；仄韵的没有
+    repeated = "白日依山尽，黄河入海流。欲穷千里目，更上一层流。"           # 重韵的诗不教
+    tok2 = CharTokenizer.from_text(f"\n{repeated}\n")
+    assert (objectives.rhyme_set_labels(ids_of(tok2, f"\n{repeated}\n"), tok2) < 0).all()
+
+
+def test_rhyme_set_loss_is_minus_log_mass_on_unused_chars_of_the_group():
+    members = torch.tensor([[False, True, True, True, False]])       # 韵部 0 = 字 1、2、3
+    labels = torch.full((1, 3, 1 + objectives.MAX_FEET), -1)
+    labels[0, 1, 0], labels[0, 1, 1] = 0, 2                          # 第 1 个位置：韵部 0，用过 2
+    logits = torch.zeros(1, 3, 5, requires_grad=True)                 # 均匀：每个字 0.2
+    rs = objectives.RhymeSet({}, weight=1.0, members=members)
+    loss = rs.loss(logits, labels)
+    assert loss.item() == pytest.approx(-torch.log(torch.tensor(0.4)).item())   # 字 1 与 3
+    loss.backward()
+    g = logits.grad[0]
+    assert (g[0] == 0).all() and (g[2] == 0).all()                    # 没有标签的位置不受影响
+    assert g[1, 1] < 0 and g[1, 3] < 0                                # 往上抬可用的字
+    assert g[1, 2] > 0 and g[1, 0] > 0                                # 用过的字与韵外的字往下压
+    empty = torch.full_like(labels, -1)
+    assert rs.loss(logits, empty).item() == 0.0                       # 没有可算的位置：0 而不是 NaN
+
+
+def test_rhyme_set_is_built_with_the_vocabulary_groups(tok):
+    (rs,) = objectives.build({"rhymeset": 0.5}, {"train": ids_of(tok)}, tok, 16)
+    assert isinstance(rs, objectives.RhymeSet) and rs.weight == 0.5
+    you = PING_GROUPS.index("下平十一尤")
+    assert {tok.decode([i]) for i in rs.members[you].nonzero().flatten().tolist()} >= {"流", "楼"}
+    assert not rs.members[:, tok.encode("尽")[0]].any()             # 仄声字不在任何平声韵部

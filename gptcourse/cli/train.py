@@ -108,7 +108,8 @@ def cli_arguments(p) -> None:
     p.add_argument("--aux", default=None, metavar="rhyme=0.3,norepeat",
                    help="训练时的辅助目标（逗号分开，可写 名字=权重）：rhyme = 在韵脚前一个位置"
                         "预测韵部，tones = 在讲平仄的位置前预测平/仄，norepeat = 压低本诗用过的"
-                        "韵脚字（不重韵）；头只在训练时用，不存进检查点")
+                        "韵脚字（不重韵），rhymeset = 把韵脚位置的概率抬到本韵部里还没用过的字上，"
+                        "firstline = 首句的交叉熵再算一遍；头只在训练时用，不存进检查点")
     p.add_argument("--aux-weight", type=float, default=1.0,
                    help="没写权重的辅助目标的权重 λ：总损失 = 语言模型损失 + Σ λ × 辅助损失"
                         "（默认 1）")
