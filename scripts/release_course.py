@@ -120,6 +120,15 @@ def remember_looks(path: str, history: list[dict]) -> None:
     gc.checkpoint.save(path, model, tok, step=step, meta=meta)
 
 
+def shipped_looks(path: str) -> list[dict]:
+    """path 处已经发布的检查点看过的种子块（没有这个文件时为空）。新训练的模型从这份历史接着记：
+    上一版的配方试验、挑选与确认看过的块，对这一版也不再是“没看过的”。"""
+    if not Path(path).exists():
+        return []
+    _, _, meta = gc.checkpoint.load(path)
+    return release.looks(meta) or past_looks(meta)
+
+
 def past_looks(meta: dict) -> list[dict]:
     """还没有 ``looks`` 的旧检查点（2026-12-03 的发布）：按它的模型卡与 meta 记下的事实补写历史。
     那时每一次都用同一块 50000–50199：配方试验采样自由写诗、第一次发布确认温度 0.9（未通过）、
@@ -191,6 +200,9 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             return rc
         train_s = round(time.perf_counter() - t0, 1)
+        earlier = shipped_looks(args.out)       # 上一版看过的块，这一版也不能用来确认
+        if earlier:
+            remember_looks(trained, earlier)
         extra = {"recipe": "python -m gptcourse train " + " ".join(RECIPE),
                  "train_seconds": train_s}
         rc = settle(trained, args.out, args.full_grid, extra)

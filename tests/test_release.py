@@ -164,3 +164,24 @@ def test_G41_an_explicit_rhyme_request_still_errors_and_says_how_to_turn_it_off(
     assert "--no-rhyme" in capsys.readouterr().err
     with pytest.raises(gc.errors.UserError, match="第 1 句超过了 5 个字$"):   # 诗体是用户要的
         release.for_request(meta, {"form": "五绝"}, None, tok, "春" * 6)
+
+
+def test_a_new_release_inherits_the_seed_blocks_the_shipped_model_looked_at(tmp_path):
+    """issue 52：重新训练的模型 meta 里没有 looks；发布脚本先把已发布的那一版看过的块记进去，
+    于是确认用的块对整个项目都是新的（上一版挑配方、确认用过的块不算“没看过”）。"""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("release_course",
+                                                  gc.ROOT / "scripts" / "release_course.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.shipped_looks(str(tmp_path / "none.pt")) == []
+    tok = gc.tokenizer.CharTokenizer.from_text("\n春风\n")
+    model = gc.model.GPT(gc.config.preset("mini", vocab_size=tok.vocab_size))
+    seen = release.record([], release.gate_block(0), "配方试验", "用来挑配方")
+    seen = release.record(seen, release.gate_block(1), "确认放行", "通过")
+    shipped, fresh = tmp_path / "shipped.pt", tmp_path / "fresh.pt"
+    gc.checkpoint.save(shipped, model, tok, meta={"release": {"looks": seen}})
+    gc.checkpoint.save(fresh, model, tok, meta={})
+    script.remember_looks(str(fresh), script.shipped_looks(str(shipped)))
+    history = release.looks(gc.checkpoint.load(fresh)[2])
+    assert history == seen and release.fresh_gate(history) == release.gate_block(2)
