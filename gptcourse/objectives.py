@@ -133,18 +133,15 @@ class RhymeSet(OnLogits):
         self.register_buffer("members", members, persistent=False)
 
     def loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        """logits [B, T, V]，labels [B, T, 1 + K] → 标量。"""
+        """logits [B, T, V]，labels [B, T, 1 + K] → 标量（形状不随数据变：编译时不断图）。"""
         group, used = labels[..., 0], labels[..., 1:]                          # [B, T], [B, T, K]
         rows = group >= 0                                                      # [B, T]
-        if not bool(rows.any()):
-            return logits.sum() * 0.0
-        logp = logits[rows].float().log_softmax(-1)                            # [M, V]
-        allowed = self.members[group[rows]].clone()                            # [M, V]
-        u = used[rows]                                                         # [M, K]
-        allowed.scatter_(1, u.clamp(min=0), allowed.gather(1, u.clamp(min=0)) & (u < 0))
-        q = logp.masked_fill(~allowed, float("-inf")).logsumexp(-1)            # [M]
-        return -q.clamp(min=-30.0).mean()
-
+        logp = logits.float().log_softmax(-1)                                  # [B, T, V]
+        allowed = self.members[group.clamp(min=0)]                             # [B, T, V]
+        slot = used.clamp(min=0)
+        allowed = allowed.scatter(-1, slot, allowed.gather(-1, slot) & (used < 0))   # 去掉用过的
+        q = logp.masked_fill(~allowed, -1e4).logsumexp(-1)                     # [B, T]
+        return (-q.clamp(min=-30.0) * rows).sum() / rows.sum().clamp(min=1)
 
 class FirstLine(OnLogits):
     """首句加权：带《题》的诗正文第一句上，语言模型的交叉熵再算一遍（没有参数，读 logits）。

@@ -30,7 +30,8 @@ from gptcourse import release
 RECIPE = ["--corpus", "tang_jinti", "--preset", "course", "--steps", "1500",
           "--batch-size", "16", "--optimizer", "muon", "--lr", "0.003", "--warmup", "100",
           "--eval-interval", "250", "--eval-batches", "10", "--seed", "0", "--windows", "poem",
-          "--compile", "--probe-poems", "60", "--titled", "--aux", "rhyme=0.3,norepeat=0.1"]
+          "--compile", "--probe-poems", "60", "--titled", "--aux",
+          "rhyme=0.3,norepeat=0.1,rhymeset=0.3"]
 
 # 不加押韵约束的设置过不了“重韵率”（模型自己写的诗仍常重韵），所以只比较加押韵约束的设置；
 # 温度 0.8 与 top-p 0.95 让用字变窄，在 2026-12-02 的两次发布训练里都没过 distinct-1（≥ 0.20），
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         if rc != 0:
             return rc
         train_s = round(time.perf_counter() - t0, 1)
-        earlier = shipped_looks(args.out)       # 上一版看过的块，这一版也不能用来确认
+        earlier = shipped_looks(str(gc.checkpoint.SHIPPED))   # 上一版看过的块，这一版也不能用
         if earlier:
             remember_looks(trained, earlier)
         extra = {"recipe": "python -m gptcourse train " + " ".join(RECIPE),
