@@ -209,3 +209,17 @@ def test_out_that_names_a_folder_or_is_too_long_is_refused_before_training(
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1, err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_probe_records_the_leading_indicator_beside_free_rhyme(tmp_path):
+    """issue 48 §12.1：每次评估，探针在自由押韵率旁边记下领先指标（真诗第 2–4 个韵脚上模型放在
+    本诗韵部里的概率）与它的机会水平，两者都是概率。"""
+    out = tmp_path / "probe.pt"
+    assert cli.main(["train", *TINY[2:], "--corpus", "tang_5jue", "--steps", "2",
+                     "--eval-interval", "1", "--eval-batches", "1", "--probe-poems", "2",
+                     "--out", str(out)]) == 0
+    probes = checkpoint.load(out)[2]["probe"]
+    assert [p["step"] for p in probes] == [1, 2]
+    for p in probes:
+        assert 0 < p["group_mass"] < 1 and 0 < p["group_chance"] < 1
+        assert 0 <= p["rhyme_rate"] <= 1

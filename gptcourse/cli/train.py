@@ -23,11 +23,13 @@ from .. import checkpoint, objectives, verse
 from .. import distributed as dist_utils
 from ..config import MAX_BLOCK_SIZE, preset, preset_names
 from ..data import DOCUMENTS, available_corpora, is_verse, open_corpus, vocabulary_text
+from ..data import poems as poems_of
 from ..errors import UserError
 from ..generate import sample_poems
 from ..model import GPT
 from ..optim import OPTIMIZERS, make_optimizer
 from ..precision import BF16_MODES, resolve_bf16
+from ..rhyme_probe import rhyme_feet, rhyme_group_mass
 from ..runtime import get_device, set_seed
 from ..titled import UNTITLED_EVERY, WINDOWS, check_titled, training_splits
 from ..tokenizer import CharTokenizer
@@ -153,7 +155,7 @@ def _run(args, tcfg: TrainConfig, aux_names, out: Path, snapshots: Path | None) 
     ckpts = Checkpoints(out, model, tok, optimizer, meta=meta, half=args.half,
                         snapshots=snapshots)
     callbacks = [] if args.probe_poems < 1 else \
-        [_probe(args.probe_poems, tok, tokens_per_step(tcfg, block_size), ckpts)]
+        [_probe(args.probe_poems, tok, tokens_per_step(tcfg, block_size), ckpts, corpus)]
     diverged = interrupted = None
     try:
         train(model, data.ids["train"], data.ids["val"], tcfg, optimizer=optimizer,
@@ -267,18 +269,31 @@ def _banner(preset_name: str, model: GPT, tok, device, bf16) -> None:
               f"（{reason}）；进程数 {dist_utils.world_size()}")
 
 
-def _probe(n_poems: int, tok, per_step: int, ckpts: Checkpoints):
+PROBE_MASS_POEMS = 300          # 领先指标（韵部质量）用验证集的前这么多首诗
+
+
+def _probe(n_poems: int, tok, per_step: int, ckpts: Checkpoints, corpus):
     """训练曲线的探针（train 的回调，只在 0 号进程上调用）：每次评估自由采样 n_poems 首，
-    记下诗体合格率、押韵率、重韵率与平仄，追加到 ``meta["probe"]``。"""
+    记下诗体合格率、押韵率、重韵率与平仄，以及押韵的领先指标——验证集真诗第 2–4 个韵脚上
+    模型放在本诗韵部里的概率（:func:`gptcourse.rhyme_probe.rhyme_group_mass`，与它的机会水平）；
+    追加到 ``meta["probe"]``。"""
+    real = [p for p in poems_of(corpus.val)
+            if rhyme_feet(p) is not None and not tok.unknown_chars(p)][:PROBE_MASS_POEMS]
+
     def probe(step, model_, history_):
         poems = sample_poems(model_, tok, n_poems, seed=10_000, temperature=0.8)
         rhyme, tonal = verse.rates(poems)
+        mass = rhyme_group_mass(model_, tok, real, corpus.train) if real else {}
+        later = [m for k, m in mass.items() if k >= 2]
+        n = sum(m["n"] for m in later) or None          # 验证集里没有押韵的真诗：不记
         ckpts.meta["probe"].append({
             "step": step, "tokens": step * per_step, "wall_s": round(ckpts.elapsed(), 1),
             "val_loss": history_.evals[-1].get("val") if history_.evals else None,
             "form_rate": sum(map(verse.is_valid_form, poems)) / len(poems),
             "rhyme_rate": rhyme, "repeated_rate": verse.repeated_rhyme_rate(poems),
-            "tonal_share": tonal})
+            "tonal_share": tonal,
+            "group_mass": n and sum(m["mass"] * m["n"] for m in later) / n,
+            "group_chance": n and sum(m["chance"] * m["n"] for m in later) / n})
     return probe
 
 
