@@ -5,7 +5,7 @@
     python -m gptcourse_kit.notebooks check                   # 检查提交的输出是否干净
 
 ``run`` 在 notebooks/ 目录里启动 python3 内核，设置 GPTCOURSE_QUICK=0，
-从上到下执行并把输出写回文件。
+从上到下执行并把输出写回文件（原子地：先写旁边的临时文件再换上，见 :mod:`gptcourse.files`）。
 ``check`` 与 tests/test_notebooks_committed.py 做完全相同的检查。
 """
 from __future__ import annotations
@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from gptcourse import files
 from gptcourse.runtime import ROOT
 
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -110,10 +111,13 @@ def check_notebook(path: Path) -> list[str]:
 
 
 def run_notebook(path: Path, timeout: int = 1800) -> float:
-    """在完整模式下从上到下执行一个笔记本并写回，返回耗时（秒）。"""
+    """在完整模式下从上到下执行一个笔记本并原子地写回，返回耗时（秒）。"""
     import nbformat
     from nbclient import NotebookClient
 
+    from .classroom.student import notebook_text
+
+    files.check_file(path)                      # 写回之前的规则，在花时间执行之前就查
     nb = nbformat.read(path, as_version=4)
     old = os.environ.get("GPTCOURSE_QUICK")
     os.environ["GPTCOURSE_QUICK"] = "0"
@@ -128,7 +132,7 @@ def run_notebook(path: Path, timeout: int = 1800) -> float:
         else:
             os.environ["GPTCOURSE_QUICK"] = old
     elapsed = time.perf_counter() - start
-    nbformat.write(nb, path)
+    files.write_text(path, notebook_text(nb))
     return elapsed
 
 
