@@ -11,7 +11,7 @@
 
 包的分层（``LAYERS``；下层从不导入上层，``tests/test_layers.py`` 检查这张表与 ``LAYERS`` 相同）::
 
-    L0 runtime errors config                       基础：种子、设备、路径、错误类型、配置
+    L0 runtime errors config files                 基础：种子、设备、路径、错误类型、配置、写文件
     L1 verse titles tokenizer bpe data titled      文字与数据
     L2 rope model                                  模型
     L3 precision distributed objectives optim train checkpoint   训练与存储
@@ -42,7 +42,7 @@ __version__ = "0.1.0"
 
 # 包的分层：层 → 这一层的顶层模块（包的说明里的表、README 的表与它相同，tests/test_layers.py 检查）
 LAYERS: dict[str, tuple[str, ...]] = {
-    "L0": ("runtime", "errors", "config"),
+    "L0": ("runtime", "errors", "config", "files"),
     "L1": ("verse", "titles", "tokenizer", "bpe", "data", "titled"),
     "L2": ("rope", "model"),
     "L3": ("precision", "distributed", "objectives", "optim", "train", "checkpoint"),

@@ -37,6 +37,7 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from . import files
 from .errors import UserError
 from .tokenizer import (
     EOS,
@@ -294,7 +295,7 @@ class BPETokenizer:
 
     def save(self, path: str | Path) -> None:
         """保存为 JSON：合并规则按顺序排列，第 i 条生成 id 256+i。"""
-        Path(path).write_text(json.dumps(self.to_dict()), encoding="utf-8")
+        files.write_text(path, json.dumps(self.to_dict()))
 
     @classmethod
     def load(cls, path: str | Path) -> BPETokenizer:

@@ -25,13 +25,8 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
-import shutil
-import signal
-import tempfile
-import threading
 import warnings
 import zipfile
 from dataclasses import fields
@@ -39,11 +34,12 @@ from pathlib import Path
 
 import torch
 
+from . import files
 from .bpe import BPETokenizer
 from .config import GPTConfig
-from .errors import MissingFileError, UserError
+from .errors import MachineError, MissingFileError, UserError
 from .model import GPT
-from .runtime import DATA_DIR, nearest_existing
+from .runtime import DATA_DIR
 from .tokenizer import CharTokenizer, Tokenizer, check_dict
 
 FORMAT = "gptcourse-checkpoint-v2"    # v2：权重里没有因果掩码（模型按 block_size 自己建）
@@ -84,49 +80,34 @@ def _trust_from_env() -> bool:
 MAX_NAME_BYTES = 200    # 文件系统限 255 字节；临时文件名与 .best.pt 还要余量
 
 
-def check_writable(path: str | Path) -> Path:
-    """训练开始之前就确认 path 能写：不是目录、名字不为空、最近的已有上级目录可写。"""
-    text, path = str(path), Path(path)
-    if not path.name or path.name in (".", "..") or text.endswith(("/", os.sep)):
-        raise CheckpointError(f"检查点路径 {text!r} 没有文件名（以 / 结尾的是目录）")
-    if len(os.fsencode(path.name)) > MAX_NAME_BYTES:   # 临时文件名、.best.pt 还要更长
-        raise CheckpointError(f"检查点的文件名太长（{len(os.fsencode(path.name))} 字节，"
-                              f"最多 {MAX_NAME_BYTES}）：{path.name[:40]}…")
-    if path.is_dir():
-        raise CheckpointError(f"检查点路径 {path} 是一个目录，请给出文件名（例如 {path}/model.pt）")
-    parent = nearest_existing(path.parent)
-    if not parent.is_dir():
-        raise CheckpointError(f"无法在 {parent} 下建目录：它是一个文件")
-    try:                                          # 真的试一次：权限、只读文件系统、配额都算
-        with tempfile.TemporaryFile(dir=parent):
-            pass
-    except OSError as e:
-        why = e.strerror or type(e).__name__
-        raise CheckpointError(f"不能写入目录 {parent}（{why}）") from None
-    return path
+class CheckpointWriteError(CheckpointError, MachineError):
+    """写检查点时机器出了问题（磁盘满、只读、没有权限、文件太大）。既是 CheckpointError
+    （训练照旧接住它、发布写好的 best），也是 MachineError（命令行：一行，退出码 1）。"""
 
 
-def _temp_prefix(path: Path) -> str:
-    return f".{path.name}."
-
-
-def _remove_stale_temps(path: Path) -> None:
-    """删掉同名检查点留下的、写它的进程已经不在了的临时文件（例如被 SIGKILL 杀掉的）。"""
-    prefix = _temp_prefix(path)
-    for tmp in path.parent.glob(f"{prefix}*.tmp"):
-        pid = tmp.name[len(prefix):].split(".", 1)[0]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
-            tmp.unlink(missing_ok=True)
-
-
-def _alive(pid: int) -> bool:
+@contextlib.contextmanager
+def _as_checkpoint_errors():
+    """:mod:`gptcourse.files` 的两种错误 → 检查点的：用户的 → CheckpointError，机器的 →
+    CheckpointWriteError（信息不变）。"""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:                      # 别人的进程：还活着
-        return True
-    return True
+        yield
+    except CheckpointError:
+        raise
+    except MachineError as e:
+        raise CheckpointWriteError(str(e)) from e.__cause__
+    except UserError as e:
+        raise CheckpointError(str(e)) from None
+
+
+def check_writable(path: str | Path) -> Path:
+    """训练开始之前就确认 path 能写（规则见 :func:`gptcourse.files.check_file`：不是目录、不是
+    符号链接、名字不为空、最近的已有上级目录真的能写），再加上：名字最多 MAX_NAME_BYTES 字节。"""
+    name = Path(path).name
+    if len(os.fsencode(name)) > MAX_NAME_BYTES:       # 临时文件名、.best.pt 还要更长
+        raise CheckpointError(f"检查点的文件名太长（{len(os.fsencode(name))} 字节，"
+                              f"最多 {MAX_NAME_BYTES}）：{name[:40]}…")
+    with _as_checkpoint_errors():
+        return files.check_file(path, probe=True)      # 原样传下去：“dir/” 的 / 要看得见
 
 
 @contextlib.contextmanager
@@ -145,12 +126,12 @@ def run_lock(out: str | Path):
                 pid = int(lock.read_text(encoding="ascii").strip() or 0)
             except (OSError, ValueError):
                 pid = 0
-            if pid and pid != os.getpid() and _alive(pid):
+            if pid and pid != os.getpid() and files.process_alive(pid):
                 raise UserError(f"另一个训练（进程 {pid}）正在写 {out}：等它结束，或换一个 "
                                 f"--out（锁文件 {lock.name}）") from None
             lock.unlink(missing_ok=True)                 # 上一次被杀掉时留下的
             continue
-        with os.fdopen(fd, "w", encoding="ascii") as f:
+        with os.fdopen(fd, "w", encoding="ascii") as f:  # 不经 files：锁文件，O_EXCL 建的
             f.write(str(os.getpid()))
         break
     else:
@@ -161,70 +142,16 @@ def run_lock(out: str | Path):
         lock.unlink(missing_ok=True)
 
 
-@contextlib.contextmanager
-def _sigterm_raises():
-    """写入期间把 SIGTERM 变成异常，这样 ``finally`` 能删掉临时文件（只在主线程、默认处理时）。"""
-    if threading.current_thread() is not threading.main_thread() \
-            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
 def atomic_save(obj, path: str | Path) -> Path:
-    """把对象保存到 path：先写同目录的临时文件，再原子替换。"""
+    """把对象保存到 path，按 :mod:`gptcourse.files` 的规则（同目录的临时文件 + ``os.replace``，
+    不顺着链接写，失败时删掉临时文件）。磁盘满、只读、文件太大 → :class:`CheckpointWriteError`；
+    torch 丢了 errno 的 RuntimeError（“unexpected pos …”）也算写失败。"""
     path = check_writable(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _remove_stale_temps(path)
-    with _sigterm_raises():
-        fd, tmp = tempfile.mkstemp(prefix=f"{_temp_prefix(path)}{os.getpid()}.", suffix=".tmp",
-                                   dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                torch.save(obj, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.chmod(tmp, 0o644)                      # mkstemp 建的是 0600，发布文件应可读
-            os.replace(tmp, path)
-        except (OSError, RuntimeError) as e:          # 磁盘满、只读、文件太大：一句话，不是堆栈
-            Path(tmp).unlink(missing_ok=True)
-            raise CheckpointError(f"写不出检查点 {path}：{write_failure(e, path.parent)}"
-                                  "（临时文件已删除，已有的同名文件没有动）") from e
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+    with _as_checkpoint_errors(), files.replacing(
+            path, "wb", what="检查点", failures=(OSError, RuntimeError),
+            note="（临时文件已删除，已有的同名文件没有动）") as f:
+        torch.save(obj, f)
     return path
-
-
-_WRITE_ERRORS = {errno.ENOSPC: "磁盘已满", errno.EDQUOT: "超出磁盘配额",
-                 errno.EROFS: "只读文件系统",
-                 errno.EFBIG: "文件太大（超过了 ulimit -f 或文件系统的上限）",
-                 errno.EACCES: "没有写权限", errno.EPERM: "没有写权限",
-                 errno.ENAMETOOLONG: "文件名太长"}
-
-
-def write_failure(e: BaseException, folder: Path) -> str:
-    """写失败的原因，一句话。torch.save 的 RuntimeError 丢了 errno（"unexpected pos …"），
-    那就看看目录所在的磁盘还剩多少。"""
-    if isinstance(e, OSError) and e.errno in _WRITE_ERRORS:
-        return _WRITE_ERRORS[e.errno]
-    if isinstance(e, OSError) and e.strerror:
-        return e.strerror
-    try:
-        free = shutil.disk_usage(folder).free
-    except OSError:
-        free = None
-    full = free is not None and free < 2**30
-    hint = f"；磁盘只剩 {free / 2**20:.1f} MB，多半是满了" if full else ""
-    return " ".join(str(e).split())[:160] + hint
 
 
 # 校验和覆盖的字段：给权重以意义的一切（配置、词表、meta）都在内——改了 n_head 或词表里的一个字，

@@ -82,12 +82,41 @@ def _lines(poem: str) -> list[str]:
     return [line for line in parts if len(line) >= MIN_NEAR_LINE]
 
 
-def _near_pairs(poems: list[str]) -> list[tuple[int, int]]:
-    """所有近似重复的诗对 (i, j)，i < j。
+NEAR_WORK_PER_KEY = 8          # 近似重复的比较次数最多是“索引里的（键, 篇）对数”的这么多倍，
+NEAR_WORK_FLOOR = 2_000_000    # 再加这么多：小语料、几百篇套话一样的文本总是逐对比到底
+
+
+def _common_cap(index: dict[str, set[int]]) -> int:
+    """桶大小的上限 K：只由不超过 K 篇共有的键两两比较，总次数 Σ|桶|² 不超过预算。
+
+    一句话同时出现在成千上万篇里，是套话（“本章完”“作者：佚名”），不是重复的证据；
+    逐对比较却要平方的时间。内置语料最大的桶只有 21 篇，K 从不生效。
+    """
+    sizes: dict[int, int] = {}
+    for bucket in index.values():
+        sizes[len(bucket)] = sizes.get(len(bucket), 0) + 1
+    budget = NEAR_WORK_PER_KEY * sum(s * n for s, n in sizes.items()) + NEAR_WORK_FLOOR
+    cap = work = 0
+    for s in sorted(sizes):
+        work += s * s * sizes[s]
+        if work > budget:
+            break
+        cap = s
+    return cap
+
+
+def _near_pairs(poems: list[str], stats: dict[str, int] | None = None) -> list[tuple[int, int]]:
+    """所有近似重复的诗对 (i, j)，i < j（太常见的句子只连出等价的一组边，见下）。
 
     两句“相同”：归一异体字之后至多差一个字（同长）。两首诗 i < j 近似重复：i 的句子里，在 j 中
     有“相同”句子的句数 n 满足 2n ≥ 两首中较短那首的句数。用“挖掉一个字”的句子作索引键，整个
     语料一秒左右。
+
+    最坏情况也是近线性的：共有一个键的篇超过 :func:`_common_cap` 篇时，这个键不再逐对展开。
+    它仍然计数——两篇已经由别的句子连上时，逐篇查它在不在这个桶里；桶里有至多两句的短篇时，
+    一句相同就够，所以用两颗“星”连起整个桶（最小下标的短篇连每一篇，最小下标的一篇连每个
+    短篇：连通的组、以及“某篇有没有前面的伙伴”都与逐对比较相同）。只漏掉一种：两篇都不短、
+    相同的句子全是这种套话。``stats`` 给出时记下 ``compared``（做了多少次比较）和 ``cap``。
     """
     lines = [_lines(p) for p in poems]
     index: dict[str, set[int]] = {}
@@ -95,15 +124,39 @@ def _near_pairs(poems: list[str]) -> list[tuple[int, int]]:
         for line in ls:
             for key in _keys(line):
                 index.setdefault(key, set()).add(i)
-    pairs = []
+    cap = _common_cap(index)
+    compared = 0
+    pairs = set()
     for i, ls in enumerate(lines):
         shared: dict[int, int] = {}
+        deferred = []                           # 含套话键的句：(已由普通键找到的篇, 套话的桶)
         for line in ls:
-            hits = set().union(*(index[key] for key in _keys(line)))
+            line_keys = _keys(line)
+            small = [index[k] for k in line_keys if len(index[k]) <= cap]
+            common = [index[k] for k in line_keys if len(index[k]) > cap]
+            hits = set().union(*small)
+            compared += sum(map(len, small))
             for j in hits:
                 if j > i:
                     shared[j] = shared.get(j, 0) + 1
-        pairs += [(i, j) for j, n in shared.items() if ls and 2 * n >= min(len(ls), len(lines[j]))]
+            if common:
+                deferred.append((hits, common))
+        for hits, common in deferred:
+            for j in shared:
+                compared += 1
+                if j not in hits and any(j in bucket for bucket in common):
+                    shared[j] += 1
+        pairs.update((i, j) for j, n in shared.items()
+                     if ls and 2 * n >= min(len(ls), len(lines[j])))
+    for bucket in (b for b in index.values() if len(b) > cap):
+        short = [i for i in bucket if len(lines[i]) <= 2]
+        compared += len(bucket)
+        if short:
+            first, s = min(bucket), min(short)
+            pairs.update((min(s, j), max(s, j)) for j in bucket if j != s)
+            pairs.update((first, j) for j in short if j != first)
+    if stats is not None:
+        stats.update(compared=compared, cap=cap)
     return sorted(pairs)
 
 

@@ -26,15 +26,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
-from .errors import MachineError, UserError
+from . import files
+from .errors import UserError
 from .release import settings
-from .runtime import nearest_existing
 from .tokenizer import EOS, UNK, CharTokenizer
 
 FILES = ("config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
@@ -200,26 +198,28 @@ def _write_folder(tmp: Path, model, tok: CharTokenizer, meta: dict) -> None:
     config, sd = (llama_weights if arch == "llama" else gpt2_weights)(model)
     config |= {"bos_token_id": tok.eos_id, "eos_token_id": tok.eos_id,
                "pad_token_id": tok.eos_id}
-    (tmp / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n",
-                                     encoding="utf-8")
+    _put(tmp / "config.json", json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     save_file({k: v.detach().float().contiguous().clone() for k, v in sd.items()},
               str(tmp / "model.safetensors"), metadata={"format": "pt"})
     hf_tokenizer(tok).save(str(tmp / "tokenizer.json"))
     special = {"bos_token": EOS, "eos_token": EOS, "pad_token": EOS}
     if tok.unk_id is not None:
         special["unk_token"] = UNK
-    (tmp / "special_tokens_map.json").write_text(json.dumps(special, ensure_ascii=False) + "\n",
-                                                 encoding="utf-8")
+    _put(tmp / "special_tokens_map.json", json.dumps(special, ensure_ascii=False) + "\n")
     tconf = {**special, "tokenizer_class": "PreTrainedTokenizerFast",
              "model_max_length": model.config.block_size, "clean_up_tokenization_spaces": False,
              "model_input_names": ["input_ids", "attention_mask"],
              }
-    (tmp / "tokenizer_config.json").write_text(json.dumps(tconf, ensure_ascii=False) + "\n",
-                                               encoding="utf-8")
+    _put(tmp / "tokenizer_config.json", json.dumps(tconf, ensure_ascii=False) + "\n")
     decoding = settings(meta)
     gen = generation_config(tok, decoding, model.config.block_size)
-    (tmp / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n", encoding="utf-8")
-    (tmp / "README.md").write_text(_card(meta, arch, decoding), encoding="utf-8")
+    _put(tmp / "generation_config.json", json.dumps(gen, indent=2) + "\n")
+    _put(tmp / "README.md", _card(meta, arch, decoding))
+
+
+def _put(path: Path, text: str) -> None:
+    """写进 :func:`gptcourse.files.replacing_folder` 的临时目录：整个目录最后一次换上去。"""
+    path.write_text(text, encoding="utf-8")  # 不经 files：在 replacing_folder 的临时目录里
 
 
 def export_hf(model, tok, meta: dict | None, out: str | Path, force: bool = False,
@@ -241,32 +241,12 @@ def export_hf(model, tok, meta: dict | None, out: str | Path, force: bool = Fals
         raise UserError('导出需要 safetensors 与 tokenizers：pip install -e ".[export]"') from None
     out = _check_target(out, force, inputs)
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    except OSError as e:
-        raise MachineError(f"写不了 {out.parent}：{e.strerror or e}") from None
-    try:
-        with torch.no_grad():
-            _write_folder(tmp, model, tok, meta or {})
-        mask = os.umask(0)                                # 临时目录是 0700：换成普通的权限
-        os.umask(mask)
-        os.chmod(tmp, 0o777 & ~mask)
-        for f in tmp.iterdir():
-            os.chmod(f, 0o666 & ~mask)
-        old = None
-        if out.exists():
-            old = out.with_name(f".{out.name}.old-{os.getpid()}")
-            os.replace(out, old)
-        os.replace(tmp, out)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError) or type(e).__name__ == "SafetensorError":   # 磁盘满、只读……
-            why = getattr(e, "strerror", None) or " ".join(str(e).split())[:160]
-            raise MachineError(f"写不出 {out}：{why}（临时文件已删除，{out} 原来的内容没有动）") \
-                from None
-        raise
+        from safetensors import SafetensorError
+    except ImportError:                                         # 旧版 safetensors 没有导出它
+        SafetensorError = OSError  # noqa: N806
+    with files.replacing_folder(out, failures=(OSError, SafetensorError)) as tmp, \
+            torch.no_grad():
+        _write_folder(tmp, model, tok, meta or {})
     return out
 
 
@@ -279,7 +259,7 @@ def _check_target(text: str | Path, force: bool, inputs: tuple[str | Path, ...])
         raise UserError(f"--hf {text} 是符号链接：请直接给一个目录（不跟着链接写到别处）")
     if out.exists() and not out.is_dir():
         raise UserError(f"--hf 应是一个目录，{out} 是文件")
-    parent = nearest_existing(out.parent)
+    parent = files.nearest_existing(out.parent)
     if not parent.is_dir():
         raise UserError(f"--hf {text} 建不了：上级 {parent} 是文件")
     if out.is_dir():

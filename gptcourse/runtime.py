@@ -14,14 +14,6 @@ DATA_DIR = ROOT / "data"                                # 语料、许可证、�
 QUICK_ENV = "GPTCOURSE_QUICK"                           # =1 时笔记本缩短训练与采样
 
 
-def nearest_existing(path: Path) -> Path:
-    """path 本身或它最近的已存在的上级（写文件之前看看那里是目录还是文件、能不能写）。"""
-    path = Path(path)
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
-
-
 def is_quick() -> bool:
     """环境变量 GPTCOURSE_QUICK=1（测试套件会设置）时返回 True。"""
     return os.environ.get(QUICK_ENV, "0").strip().lower() not in ("", "0", "false", "no")

@@ -19,6 +19,7 @@ import operator
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from . import files
 from .errors import UserError
 
 EOS = "\n"          # 诗的结束符
@@ -194,7 +195,7 @@ class CharTokenizer:
         return cls(list(field(d, "chars", str)), unk=field(d, "unk", bool))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+        files.write_text(path, json.dumps(self.to_dict(), ensure_ascii=False))
 
     @classmethod
     def load(cls, path: str | Path) -> "CharTokenizer":

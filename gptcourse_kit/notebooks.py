@@ -5,18 +5,24 @@
     python -m gptcourse_kit.notebooks check                   # 检查提交的输出是否干净
 
 ``run`` 在 notebooks/ 目录里启动 python3 内核，设置 GPTCOURSE_QUICK=0，
-从上到下执行并把输出写回文件。
+从上到下执行并把输出写回文件（原子地：先写旁边的临时文件再换上，见 :mod:`gptcourse.files`）。
+收到 SIGTERM（``timeout``、批处理系统）、SIGINT（Ctrl+C）或 SIGHUP：结束内核和它的子进程，
+正在运行的笔记本不改动，剩下的不再运行，退出码 128 + 信号编号（SIGTERM：143）。
 ``check`` 与 tests/test_notebooks_committed.py 做完全相同的检查。
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
+from gptcourse import files
 from gptcourse.runtime import ROOT
 
 NOTEBOOK_DIR = ROOT / "notebooks"
@@ -109,26 +115,93 @@ def check_notebook(path: Path) -> list[str]:
     return problems
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+_stop: list[int] = []                  # 收到的停止信号（main 装的处理函数只记下，不在半路抛出）
+KERNEL_GRACE = 3.0                     # 给内核 SIGTERM 之后等它这么多秒，再 SIGKILL 整个进程组
+
+
+class Stopped(Exception):
+    """收到了停止信号：内核已经结束，笔记本没有改动。"""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def stop_on_signals():
+    """这段时间里 SIGTERM / SIGINT / SIGHUP 只记下来（由 :func:`run_notebook` 结束内核、由
+    :func:`main` 退出）：写到一半的文件总能写完或不写，不会在半路被打断。只在主线程有效。"""
+    _stop.clear()
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = {sig: signal.signal(sig, lambda signum, frame: _stop.append(signum))
+           for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _end_kernel(client, worker: threading.Thread) -> None:
+    """结束 client 的内核连同它的子进程（内核自成一个进程组）：先 SIGTERM，等 KERNEL_GRACE 秒
+    （执行线程看到内核死了会自己收尾），再 SIGKILL 整个组。"""
+    provisioner = getattr(getattr(client, "km", None), "provisioner", None)
+    group = getattr(provisioner, "pgid", None) or getattr(provisioner, "pid", None)
+    for sig, wait in ((signal.SIGTERM, KERNEL_GRACE), (signal.SIGKILL, KERNEL_GRACE)):
+        if group:
+            with contextlib.suppress(OSError):
+                os.killpg(group, sig)
+        worker.join(wait)
+
+
 def run_notebook(path: Path, timeout: int = 1800) -> float:
-    """在完整模式下从上到下执行一个笔记本并写回，返回耗时（秒）。"""
+    """在完整模式下从上到下执行一个笔记本并原子地写回，返回耗时（秒）。
+
+    内核由另一个线程驱动，这个线程只等它：等的时候收到停止信号（见 :func:`stop_on_signals`）
+    或 KeyboardInterrupt → 结束内核和它的子进程，抛出 :class:`Stopped`（或原来的异常），文件不动。
+    """
     import nbformat
     from nbclient import NotebookClient
 
+    from .classroom.student import notebook_text
+
+    files.check_file(path)                      # 写回之前的规则，在花时间执行之前就查
     nb = nbformat.read(path, as_version=4)
     old = os.environ.get("GPTCOURSE_QUICK")
     os.environ["GPTCOURSE_QUICK"] = "0"
     start = time.perf_counter()
+    failed: list[BaseException] = []
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
+
+    def execute() -> None:
+        try:
+            client.execute()
+        except BaseException as e:      # 交给等它的线程去抛
+            failed.append(e)
+
+    worker = threading.Thread(target=execute, name=f"notebook {path.name}", daemon=True)
     try:
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                                resources={"metadata": {"path": str(NOTEBOOK_DIR)}})
-        client.execute()
+        worker.start()
+        while worker.is_alive():
+            worker.join(0.2)
+            if _stop:
+                raise Stopped(_stop[0])
+    except BaseException:
+        _end_kernel(client, worker)
+        raise
     finally:
         if old is None:
             os.environ.pop("GPTCOURSE_QUICK", None)
         else:
             os.environ["GPTCOURSE_QUICK"] = old
+    if failed:
+        raise failed[0]
     elapsed = time.perf_counter() - start
-    nbformat.write(nb, path)
+    files.write_text(path, notebook_text(nb))
     return elapsed
 
 
@@ -164,12 +237,21 @@ def main(argv: list[str] | None = None) -> int:
     if not paths:
         print("notebooks/ 下没有笔记本")
         return 1
+    with stop_on_signals():
+        return _run_or_check(args.cmd, paths, args.timeout if args.cmd == "run" else None)
+
+
+def _run_or_check(cmd: str, paths: list[Path], timeout: int | None) -> int:
     failed = 0
     for path in paths:                  # 一个笔记本坏了只报一行，接着处理其余的
-        if args.cmd == "run":
+        if _stop:
+            return _stopped(_stop[0], "剩下的笔记本没有运行")
+        if cmd == "run":
             print(f"运行 {path.name} ……", flush=True)
             try:
-                elapsed = run_notebook(path, timeout=args.timeout)
+                elapsed = run_notebook(path, timeout=timeout)
+            except Stopped as e:
+                return _stopped(e.signum, f"内核已结束，{path.name} 没有改动")
             except Exception as e:      # 读不了的文件、单元格报错、内核超时……（文件保持原样）
                 print(f"  失败（文件未改动）：{_one_line(e)}", flush=True)
                 failed += 1
@@ -186,7 +268,15 @@ def main(argv: list[str] | None = None) -> int:
         for p in problems:
             print(f"  - {p}")
         failed += bool(problems)
+    if _stop:
+        return _stopped(_stop[0], "已经做完的都写好了")
     return 1 if failed else 0
+
+
+def _stopped(signum: int, what: str) -> int:
+    """收到停止信号：一行说明，退出码 128 + 信号编号（SIGTERM 143，Ctrl+C 130）。"""
+    print(f"收到 {signal.Signals(signum).name}，停止：{what}", file=sys.stderr, flush=True)
+    return 128 + signum
 
 
 if __name__ == "__main__":

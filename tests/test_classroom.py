@@ -365,26 +365,27 @@ def test_feedback_names_that_collide_after_cleaning_get_a_suffix():
 
 def test_a_failed_write_leaves_no_temporary_file(tmp_path):
     """R2：写到一半出错，临时文件也删掉。"""
+    from gptcourse.errors import MachineError
     from gptcourse_kit.classroom.gradebook import _atomic_write
 
     def boom(f):
         f.write("一半")
         raise OSError(28, "No space left on device")
-    with pytest.raises(OSError):
+    with pytest.raises(MachineError, match="磁盘已满"):
         _atomic_write(tmp_path / "g.csv", boom)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_outputs_are_checked_before_grading_starts(tmp_path, capsys):
-    """R9（C12、C16、C39）：--csv / --json 是目录、所在目录不存在、--feedback 是文件：评分之前
+    """R9（C12、C16、C39）：--csv / --json 是目录、上级是文件、--feedback 是文件：评分之前
     一行错误，退出码 2，什么都没写。"""
     sub = tmp_path / "2024001_张三.ipynb"
     nbformat.write(teacher_nb(), sub)
     (tmp_path / "dir").mkdir()
     (tmp_path / "file").write_text("x", encoding="utf-8")
-    for flag, value, message in (("--csv", "dir", "是目录"), ("--json", "dir", "是目录"),
-                                 ("--long-csv", "nope/g.csv", "所在的目录不存在"),
-                                 ("--feedback", "file", "应是目录")):
+    for flag, value, message in (("--csv", "dir", "是一个目录"), ("--json", "dir", "是一个目录"),
+                                 ("--long-csv", "file/g.csv", "它是一个文件"),
+                                 ("--feedback", "file", "不是目录")):
         assert main(["grade", str(sub), flag, str(tmp_path / value)]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and message in err and "评完" not in err, err
@@ -437,7 +438,7 @@ def test_an_output_that_is_a_submission_is_refused(tmp_path, capsys):
     for flag in ("--csv", "--json", "--long-csv"):
         assert main(["grade", str(sub), flag, str(sub)]) == 2
         err = capsys.readouterr().err
-        assert "作业本身" in err and err.count("\n") == 1, err
+        assert "是这条命令要读的文件" in err and err.count("\n") == 1, err
     assert sub.read_bytes() == before
 
 

@@ -232,3 +232,85 @@ def test_a_text_of_few_distinct_documents_says_how_many_are_distinct(tmp_path):
     path.write_text("".join(f"春{i % 10}\n" for i in range(300)), encoding="utf-8")
     with pytest.raises(UserError, match="不一样的只有 10 篇"):
         gc.data.text_corpus(path)
+
+
+def _near_pairs_by_definition(docs):
+    """判据的字面写法（逐对、平方时间），只给小输入用来对照。"""
+    lines = [gc.data._lines(d) for d in docs]
+
+    def same(a, b):
+        if len(a) != len(b):
+            return False
+        if len(a) > gc.data.MAX_NEAR_LINE:
+            return a == b
+        return sum(x != y for x, y in zip(a, b)) <= 1
+
+    return [(i, j) for i in range(len(docs)) for j in range(i + 1, len(docs))
+            if lines[i] and 2 * sum(any(same(a, b) for b in lines[j]) for a in lines[i])
+            >= min(len(lines[i]), len(lines[j]))]
+
+
+def _groups(n, pairs):
+    parent = list(range(n))
+
+    def root(x):
+        while parent[x] != x:
+            x = parent[x]
+        return x
+
+    for i, j in pairs:
+        parent[root(i)] = root(j)
+    out = {}
+    for i in range(n):
+        out.setdefault(root(i), []).append(i)
+    return sorted(g for g in out.values() if len(g) > 1)
+
+
+def test_twenty_thousand_documents_sharing_one_sentence_take_linear_work():
+    """两万篇不同的短文都含同一句（套话）：以前每篇都要与其余每篇比一次（约 4 亿次），现在
+    比较次数与篇数成正比；结果不变——两句里有一句相同，按判据整组都是近似重复。"""
+    import time
+    docs = [f"今天天气很好，这是编号{i:05d}的文件。" for i in range(20_000)]
+    stats = {}
+    t0 = time.perf_counter()
+    pairs = gc.data._near_pairs(docs, stats)
+    groups = gc.data.near_duplicate_groups(docs)
+    assert time.perf_counter() - t0 < 60                     # 平方时间要几十分钟
+    assert stats["compared"] < 100 * len(docs)               # 与 CPU 快慢无关的界
+    assert stats["cap"] < 20_000                             # 套话的桶没有逐对展开
+    assert groups == [list(range(20_000))]
+    assert all(i < j for i, j in pairs)
+
+
+def _own(i):
+    """第 i 篇独有的两句（每个字只在这一篇里出现）。"""
+    return "".join(chr(0x4E00 + 8 * i + t) for t in range(4)), \
+        "".join(chr(0x4E00 + 8 * i + t) for t in range(4, 8))
+
+
+_LONG = [f"今天天气很好，{a}，{b}。" for a, b in map(_own, range(60))]
+
+
+@pytest.mark.parametrize("docs", [
+    # 三句的长篇共有一句套话：只靠套话不算重复；另有一句相同的两篇（0、1）要连上
+    ["今天天气很好，白日依山尽，黄河入海流。", "今天天气很好，白日依山尽，欲穷千里目。"] + _LONG,
+    # 加上一篇两句的短篇：它与每一篇都有一半句子相同，所以全部连成一组
+    ["今天天气很好，短篇只有两句话。"] + _LONG,
+    # 短篇在后：训练集在前、评估集在后时，“有没有前面的伙伴”也要与判据一致
+    _LONG + ["今天天气很好，短篇只有两句话。", "今天天气很好，另一篇两句的。"],
+])
+def test_a_capped_common_sentence_gives_the_same_groups_and_leaks_as_the_definition(
+        docs, monkeypatch):
+    """把预算压到最小，逼出“套话”的路径：组与泄漏的判断与逐对的判据相同。"""
+    monkeypatch.setattr(gc.data, "NEAR_WORK_FLOOR", 0)
+    monkeypatch.setattr(gc.data, "NEAR_WORK_PER_KEY", 1)
+    stats = {}
+    pairs = gc.data._near_pairs(docs, stats)
+    assert stats["cap"] < len(docs)                          # 套话的桶确实被截了
+    want = _near_pairs_by_definition(docs)
+    assert set(pairs) <= set(want)                           # 连出的每条边都是真的
+    assert _groups(len(docs), pairs) == _groups(len(docs), want)
+    for n in (1, 2, 30, 60, 61):                             # 前 n 篇当训练集
+        got = {j for i, j in pairs if i < n <= j}
+        assert got == {j for i, j in want if i < n <= j}
+        assert gc.data.leak_count(docs[:n], docs[n:]) == len(got)

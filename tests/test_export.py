@@ -198,5 +198,5 @@ def test_a_failed_write_is_one_line_exit_1_and_leaves_nothing(tmp_path, capsys, 
     monkeypatch.setattr(ex, "_write_folder", full)
     assert cli.main(["export", "--hf", str(tmp_path / "hf")]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "No space left" in err and "Traceback" not in err
+    assert err.count("\n") == 1 and "磁盘已满" in err and "Traceback" not in err
     assert list(tmp_path.iterdir()) == []

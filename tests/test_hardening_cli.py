@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from gptcourse import checkpoint, cli
+from gptcourse import checkpoint, cli, files
 from gptcourse.config import preset
 from gptcourse.model import GPT
 from gptcourse.tokenizer import CharTokenizer
@@ -97,9 +97,10 @@ def test_train_checks_that_out_is_writable(capsys, tmp_path, monkeypatch):
     def refuse(*a, **k):                                      # 只读目录（root 也写不了的那种）
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(checkpoint.tempfile, "TemporaryFile", refuse)
-    one_line_error(capsys, [*TRAIN, "--out", str(tmp_path / "x.pt")],
-                   f"不能写入目录 {tmp_path}（Permission denied）")
+    monkeypatch.setattr(files.tempfile, "TemporaryFile", refuse)
+    assert cli.main([*TRAIN, "--out", str(tmp_path / "x.pt")]) == 1     # 机器的问题：退出码 1
+    err = capsys.readouterr().err
+    assert err == f"错误：写不出 {tmp_path / 'x.pt'}：没有写权限\n", err
 
 
 def test_given_block_size_is_used_not_the_preset(capsys, tmp_path):

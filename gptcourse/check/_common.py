@@ -272,6 +272,9 @@ def _commit(key: str, letter: str) -> str:
     ``JPY_SESSION_NAME``）也记在笔记本旁边的文件里，重启内核后仍算数。"""
     import json
     from pathlib import Path
+
+    from .. import files
+    from ..errors import MachineError
     session, path = os.environ.get("JPY_SESSION_NAME", ""), Path.cwd() / COMMIT_FILE
     if key not in COMMITTED and session.endswith(".ipynb"):
         try:
@@ -279,9 +282,9 @@ def _commit(key: str, letter: str) -> str:
             saved = data.setdefault(Path(session).name, {})
             if not isinstance(saved.get(key), str):
                 saved[key] = letter
-                path.write_text(json.dumps(data, ensure_ascii=False, indent=1), encoding="utf-8")
+                files.write_text(path, json.dumps(data, ensure_ascii=False, indent=1))
             COMMITTED[key] = saved[key]
-        except (OSError, ValueError, AttributeError, TypeError):
+        except (OSError, ValueError, AttributeError, TypeError, MachineError):
             pass
     return COMMITTED.setdefault(key, letter)
 

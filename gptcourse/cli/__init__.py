@@ -55,17 +55,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(command).parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except MachineError as e:                          # 磁盘满、只读……：一行，退出码 1（先查：
+        if args.debug:                                 # 写检查点的错误也是 CheckpointError）
+            raise
+        print(f"错误：{' '.join(str(e).split())}", file=sys.stderr)
+        return 1
     except UserError as e:
         if args.debug:
             raise
         message = " ".join(str(e).split())            # 保证只有一行
         print(f"错误：{message}", file=sys.stderr)
         return 2
-    except MachineError as e:                          # 磁盘满、只读……：一行，退出码 1
-        if args.debug:
-            raise
-        print(f"错误：{' '.join(str(e).split())}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:                          # Ctrl+C：一行，不是堆栈；退出码 128 + SIGINT
         if args.debug:
             raise

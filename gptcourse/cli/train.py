@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from .. import checkpoint, objectives, verse
+from .. import checkpoint, files, objectives, verse
 from .. import distributed as dist_utils
 from ..config import MAX_BLOCK_SIZE, preset, preset_names
 from ..data import DOCUMENTS, available_corpora, is_verse, open_corpus, vocabulary_text
@@ -364,7 +364,6 @@ def _dump_rank_state(folder, rank: int, model: torch.nn.Module, history: History
     for k, v in sorted(model.state_dict().items()):
         h.update(k.encode())
         h.update(v.detach().cpu().contiguous().numpy().tobytes())
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / f"rank{rank}.json").write_text(json.dumps(
+    files.write_text(folder / f"rank{rank}.json", json.dumps(
         {"rank": rank, "world_size": dist_utils.world_size(), "weights_sha256": h.hexdigest(),
          "losses": [r["loss"] for r in history.steps]}))

@@ -10,6 +10,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from gptcourse import files
+from gptcourse.errors import MachineError, UserError
 from gptcourse.machine import (
     CEILING_REPEATS,
     busy_reasons,
@@ -46,9 +48,11 @@ def main(argv: list[str] | None = None) -> int:
         out = ROOT / "docs" / "benchmarks.json"
     try:                                         # 测之前就确认：上次的结果读得出、能写
         previous = _previous(out) if args.only else {}
-    except ValueError as e:
+        for path in (out, out.with_suffix(".md")):
+            files.check_file(path, probe=True)
+    except (ValueError, MachineError) as e:
         print(f"错误：{e}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(e, MachineError) else 2
     before = snapshot()
     first = busy_reasons([before], [])
     if first and not args.allow_busy:
@@ -75,11 +79,19 @@ def main(argv: list[str] | None = None) -> int:
     if busy and not args.allow_busy:
         print("测量期间机器不安静，结果没有写出：" + "；".join(busy), file=sys.stderr)
         return 3
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
-    out.with_suffix(".md").write_text(markdown(results) + "\n", encoding="utf-8")
+    try:
+        write_results(out, results)
+    except (UserError, MachineError) as e:
+        print(f"错误：{e}", file=sys.stderr)
+        return 1 if isinstance(e, MachineError) else 2
     print(f"已写入 {out} 与 {out.with_suffix('.md')}" + ("（标明：机器忙）" if busy else ""))
     return 0
+
+
+def write_results(out: Path, results: dict) -> None:
+    """结果写成 out（JSON）与它旁边的同名 .md（每个都按 :mod:`gptcourse.files` 的规则原子地写）。"""
+    files.write_text(out, json.dumps(results, ensure_ascii=False, indent=2) + "\n")
+    files.write_text(out.with_suffix(".md"), markdown(results) + "\n")
 
 
 def _previous(out: Path) -> dict:

@@ -29,7 +29,9 @@ import threading
 import time
 from pathlib import Path
 
+from gptcourse import files
 from gptcourse.checkpoint import SHIPPED
+from gptcourse.errors import MachineError, UserError
 
 from .training import machine_info
 
@@ -348,8 +350,11 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     result = run(args.quick, args.requests, args.time_limit, args.max_new_tokens, args.stalled)
     if args.json:
-        Path(args.json).write_text(json.dumps(result, ensure_ascii=False, indent=2) + "\n",
-                                   encoding="utf-8")
+        try:
+            files.write_text(args.json, json.dumps(result, ensure_ascii=False, indent=2) + "\n")
+        except (UserError, MachineError) as e:
+            print(f"错误：{e}", file=sys.stderr)
+            return 1 if isinstance(e, MachineError) else 2
     print()
     print(markdown_table(result))
     return 0

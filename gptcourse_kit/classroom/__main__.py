@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from gptcourse import files
+from gptcourse.errors import MachineError, UserError
 from gptcourse.runtime import ROOT
 
 from .grade import readable
@@ -46,18 +48,11 @@ def grade_command(args) -> None:
     if args.reference is not None and not args.reference.is_dir():
         raise NotADirectoryError(f"--reference 不是目录：{args.reference}")
     check_names(args.notebooks)
-    outputs = [p for p in (args.json, args.csv, args.long_csv) if p]
-    for out in outputs:                                  # 评分之前就确认写得了，不是评完才发现
-        if any(out.resolve() == Path(nb).resolve()
-               or (out.exists() and Path(nb).exists() and out.samefile(nb))
-               for nb in args.notebooks):                 # 一个笔误就毁掉学生唯一的一份作业
-            raise FileExistsError(f"{out} 是要评分的作业本身：不会用成绩册覆盖它")
-        if out.is_dir():
-            raise IsADirectoryError(f"{out} 是目录：请给一个文件名")
-        if not out.parent.is_dir():
-            raise NotADirectoryError(f"{out} 所在的目录不存在")
-    if args.feedback is not None and args.feedback.exists() and not args.feedback.is_dir():
-        raise NotADirectoryError(f"--feedback 应是目录，{args.feedback} 是文件")
+    for out in (args.json, args.csv, args.long_csv):      # 评分之前就确认写得了，不是评完才发现
+        if out:                                           # 一个笔误就毁掉学生唯一的一份作业：
+            files.check_file(out, inputs=args.notebooks, probe=True)      # 输入不会被覆盖
+    if args.feedback is not None:
+        files.check_folder(args.feedback, [], flag="--feedback")
     if args.no_sandbox:
         print(sandbox.UNSEALED.format(why="用了 --no-sandbox"), file=sys.stderr)
     limits = sandbox.Limits(memory=int(args.memory * (1 << 30)),
@@ -72,7 +67,7 @@ def grade_command(args) -> None:
     def write_all(subs: list[Submission]) -> None:
         for path, write in writers:
             if path:
-                _attempt(failed, str(path), write, subs, path, weights)
+                _attempt(failed, str(path), write, subs, path, weights, inputs=args.notebooks)
 
     def save(sub: Submission) -> None:
         done.append(sub)
@@ -87,19 +82,20 @@ def grade_command(args) -> None:
         names = gradebook.feedback_names(subs)
         for sub in subs:
             _attempt(failed, f"{args.feedback}/{names[sub.path]}", gradebook.write_feedback,
-                     sub, args.feedback, weights, names[sub.path])
+                     sub, args.feedback, weights, names[sub.path], inputs=args.notebooks)
     if failed:
-        raise OSError("有的输出没写成（其余都写好了）：" +
-                      "；".join(f"{p}：{why}" for p, why in failed.items()))
+        raise MachineError("有的输出没写成（其余都写好了）：" + "；".join(failed.values()))
 
 
-def _attempt(failed: dict[str, str], what: str, write, *args) -> None:
-    """``write(*args)`` 写一个输出；失败时记下原因而不是中断（一份写不出去，别的照写）。"""
+def _attempt(failed: dict[str, str], what: str, write, *args, **kwargs) -> None:
+    """``write(*args, **kwargs)`` 写一个输出；失败时记下原因，不中断（一份写不出去，别的照写）。"""
     try:
-        write(*args)
+        write(*args, **kwargs)
         failed.pop(what, None)
+    except (MachineError, UserError) as e:               # gptcourse.files：已经说出了文件与原因
+        failed[what] = str(e)
     except (OSError, UnicodeError) as e:
-        failed[what] = getattr(e, "strerror", None) or str(e)
+        failed[what] = f"{what}：{getattr(e, 'strerror', None) or e}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -190,7 +186,10 @@ def main(argv: list[str] | None = None) -> int:
             from .site import build_site
             index = build_site(args.out, edition=args.edition, force=args.force)
             print(f"网站：{index}（用浏览器直接打开，或 python -m http.server -d {args.out}）")
-    except (OSError, ValueError) as e:                   # 含只读目录、名字太长、磁盘已满……
+    except MachineError as e:                            # 磁盘已满、只读、没有写权限……：退出码 1
+        print(f"错误：{_one_line(e)}", file=sys.stderr)
+        return 1
+    except (OSError, ValueError) as e:                   # 用户给的东西不对：退出码 2
         print(f"错误：{_one_line(e)}", file=sys.stderr)
         return 2
     return 0

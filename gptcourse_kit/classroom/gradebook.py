@@ -20,11 +20,12 @@ import csv
 import importlib
 import json
 import math
-import os
 import re
 import unicodedata
 from collections.abc import Mapping
 from pathlib import Path
+
+from gptcourse import files
 
 from .grade import Submission, readable
 
@@ -187,17 +188,12 @@ def table(subs: list[Submission], weights: Weights | None = None) -> str:
 
 
 # ---------------------------------------------------------------- 文件
-def _atomic_write(path: Path, write, encoding: str = "utf-8-sig", newline: str | None = "") -> None:
-    """先写 path 旁边的临时文件，再 ``os.replace``（换掉的是目录项：path 是链接时不会顺着链接
-    写到别处）；失败时删掉临时文件。"""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", newline=newline, encoding=encoding) as f:
-            write(f)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+def _atomic_write(path: Path, write, encoding: str = "utf-8-sig", newline: str | None = "",
+                  **rules) -> None:
+    """``write(f)`` 按 :mod:`gptcourse.files` 的规则写 path（旁边的临时文件 + ``os.replace``，
+    不顺着链接写，不写到 ``rules["inputs"]`` 上，失败时删掉临时文件、一句话的错误）。"""
+    with files.replacing(path, "w", encoding=encoding, newline=newline, **rules) as f:
+        write(f)
 
 
 def _columns(subs: list[Submission]) -> list[tuple[str, str]]:
@@ -223,7 +219,8 @@ class _CsvWriter:
                           for v in row])
 
 
-def write_csv(subs: list[Submission], path: Path, weights: Weights | None = None) -> None:
+def write_csv(subs: list[Submission], path: Path, weights: Weights | None = None,
+              **rules) -> None:
     """成绩册：每个学生一行（学号、姓名、每道题的得分、总分、满分、百分比、备注）。"""
     cols = _columns(subs)
     chapters = {c for c, _ in cols}
@@ -248,10 +245,11 @@ def write_csv(subs: list[Submission], path: Path, weights: Weights | None = None
                                             for c in cols),
                         _fmt(got), _fmt(full), f"{100 * got / full:.1f}" if full else "",
                         "；".join(row["notes"])])
-    _atomic_write(path, write)
+    _atomic_write(path, write, **rules)
 
 
-def write_long_csv(subs: list[Submission], path: Path, weights: Weights | None = None) -> None:
+def write_long_csv(subs: list[Submission], path: Path, weights: Weights | None = None,
+                   **rules) -> None:
     """长表：每个学生的每道题一行（说明里的换行换成空格）。"""
     def write(f) -> None:
         w = _CsvWriter(f)
@@ -266,10 +264,11 @@ def write_long_csv(subs: list[Submission], path: Path, weights: Weights | None =
             if not s.exercises:
                 w.writerow([s.student, s.name, readable(s.path), s.chapter or "", "", "出错", 0, 0,
                             s.error or ""])
-    _atomic_write(path, write)
+    _atomic_write(path, write, **rules)
 
 
-def write_json(subs: list[Submission], path: Path, weights: Weights | None = None) -> None:
+def write_json(subs: list[Submission], path: Path, weights: Weights | None = None,
+               **rules) -> None:
     data = []
     for s in subs:
         d = s.to_dict()
@@ -278,7 +277,7 @@ def write_json(subs: list[Submission], path: Path, weights: Weights | None = Non
             d["points"], d["max_points"] = totals(s, weights)
         data.append(d)
     text = json.dumps(data, ensure_ascii=False, indent=1)
-    _atomic_write(path, lambda f: f.write(text), encoding="utf-8", newline=None)
+    files.write_text(path, text, **rules)
 
 
 FEEDBACK_CSS = """body{font-family:"Noto Sans CJK SC","PingFang SC","Microsoft YaHei",sans-serif;
@@ -323,14 +322,11 @@ def feedback_page(sub: Submission, weights: Weights | None = None) -> str:
 
 
 def write_feedback(sub: Submission, folder: Path, weights: Weights | None = None,
-                   name: str | None = None) -> Path:
-    """``folder/name``（默认 :func:`feedback_name`）写一页反馈。"""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / (name or feedback_name(sub))
-    page = feedback_page(sub, weights)
-    _atomic_write(path, lambda f: f.write(page), encoding="utf-8", newline=None)
-    return path
+                   name: str | None = None, **rules) -> Path:
+    """``folder/name``（默认 :func:`feedback_name`）写一页反馈（不顺着链接写到 folder 之外）。"""
+    folder = files.make_folder(folder)
+    return files.write_text(folder / (name or feedback_name(sub)), feedback_page(sub, weights),
+                            within=folder, **rules)
 
 
 def feedback_names(subs: list[Submission]) -> dict[Path, str]:

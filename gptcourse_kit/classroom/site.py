@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import html
 import re
-import shutil
 from importlib import resources
 from pathlib import Path
 
@@ -25,6 +24,7 @@ from nbconvert import HTMLExporter
 from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from pygments.formatters import HtmlFormatter
 
+from gptcourse import files
 from gptcourse.runtime import ROOT
 
 from .student import read_notebook
@@ -158,14 +158,14 @@ def _readme_section(heading: str) -> str:
 
 
 def _assets(out: Path) -> None:
+    """out/assets/ 下的样式、字体与 KaTeX（每个文件原子地写，不顺着链接写到 out 之外）。"""
     assets = out / "assets"
-    assets.mkdir(parents=True, exist_ok=True)
-    (assets / "style.css").write_text(STYLE, encoding="utf-8")
-    (assets / "pygments.css").write_text(HtmlFormatter(style="default").get_style_defs(".highlight"),  # noqa: E501
-                                         encoding="utf-8")
-    shutil.copy(FONT, assets / "GPTCourseCJKSans-Regular.otf")
-    shutil.copytree(ASSETS / "katex", assets / "katex", dirs_exist_ok=True)
-    (assets / "math.js").write_text(MATH_JS, encoding="utf-8")
+    files.write_text(assets / "style.css", STYLE, within=out)
+    files.write_text(assets / "pygments.css",
+                     HtmlFormatter(style="default").get_style_defs(".highlight"), within=out)
+    files.copy_file(FONT, assets / "GPTCourseCJKSans-Regular.otf", within=out)
+    files.copy_tree(ASSETS / "katex", assets / "katex", within=out)
+    files.write_text(assets / "math.js", MATH_JS, within=out)
 
 
 _PRE = re.compile(r"(<pre[^>]*>)(.*?)(</pre>)", re.S)
@@ -190,14 +190,14 @@ def build_site(out: Path, edition: str = "teacher", force: bool = False) -> Path
     ``edition="student"``：练习单元格换成存根（与学生版笔记本相同），练习与检查单元格的输出
     去掉，其余输出保留；``"teacher"``：教师版原样（含答案）。``out`` 不能包含输入的笔记本；
     里面已有要写的文件时不覆盖，除非 ``force``。"""
-    from .student import check_out_dir, student_notebook
+    from .student import student_notebook
 
     if edition not in ("student", "teacher"):
         raise ValueError(f"--edition 只能是 student 或 teacher，收到 {edition!r}")
     out, paths = Path(out), chapters()
-    check_out_dir(paths, out, [out / "index.html"] + [out / f"{p.stem}.html" for p in paths],
-                  force)
-    out.mkdir(parents=True, exist_ok=True)
+    files.check_folder(out, [out / "index.html"] + [out / f"{p.stem}.html" for p in paths],
+                       inputs=paths, force=force)
+    files.make_folder(out)
     _assets(out)
     exporter = HTMLExporter(template_name="basic")
     cards = []
@@ -214,13 +214,11 @@ def build_site(out: Path, edition: str = "teacher", force: bool = False) -> Path
             nxt = paths[i + 1]
             next_link = f'<a href="{nxt.stem}.html">{html.escape(_short_title(nxt))} →</a>'
         body += f'<div class="pager">{prev_link}{next_link}</div>'
-        (out / f"{path.stem}.html").write_text(_page(_title(nb), body, path.stem, _toc(body)),
-                                               encoding="utf-8")
+        files.write_text(out / f"{path.stem}.html", _page(_title(nb), body, path.stem, _toc(body)),
+                         inputs=paths, within=out)
         cards.append(f'<div class="card"><h2><a href="{path.stem}.html">{html.escape(_title(nb))}</a>'  # noqa: E501
                      f'</h2>{_intro(nb)}</div>')
     home = (f"<h1>{TITLE}</h1><p>五个 Jupyter 笔记本，用 PyTorch 从零搭建、训练、评估并部署一个写唐诗的 GPT。"  # noqa: E501
             f"这里是带着运行结果的只读版本；想亲手运行，请按下面的说明安装。</p>"
             f"<h2>课程地图</h2>{''.join(cards)}<h2>安装与运行</h2>{_readme_section('快速开始')}")
-    index = out / "index.html"
-    index.write_text(_page("主页", home, None), encoding="utf-8")
-    return index
+    return files.write_text(out / "index.html", _page("主页", home, None), inputs=paths, within=out)

@@ -24,7 +24,6 @@ import base64
 import html
 import math
 import re
-import shutil
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +33,8 @@ from nbconvert.filters.markdown_mistune import markdown2html_mistune
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import PythonLexer
+
+from gptcourse import files
 
 from .site import ASSETS, KATEX, TITLE, _assets, _page, _short_title, _title, chapters, wide_pre
 from .student import read_notebook
@@ -607,18 +608,16 @@ def deck(path: Path, edition: str = "student") -> str:
 
 def build_slides(out: Path, force: bool = False, edition: str = "student") -> list[Path]:
     """每章一套幻灯片写进 out，返回各文件路径。"""
-    from .student import check_out_dir
-
     if edition not in ("student", "teacher"):
         raise ValueError(f"--edition 只能是 student 或 teacher，收到 {edition!r}")
     out, paths = Path(out), chapters()
     targets = [out / f"{p.stem}.html" for p in paths]
-    check_out_dir(paths, out, targets, force)
-    out.mkdir(parents=True, exist_ok=True)
+    files.check_folder(out, targets, inputs=paths, force=force)
+    files.make_folder(out)
     _assets(out)
-    shutil.copytree(ASSETS / "reveal", out / "assets" / "reveal", dirs_exist_ok=True)
+    files.copy_tree(ASSETS / "reveal", out / "assets" / "reveal", within=out)
     for path, target in zip(paths, targets):
-        target.write_text(deck(path, edition), encoding="utf-8")
+        files.write_text(target, deck(path, edition), inputs=paths, within=out)
     return targets
 
 
@@ -647,12 +646,10 @@ def handout(out: Path, force: bool = False) -> Path:
     """五章全部练习的答案讲义 → out/answers.html。"""
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-    from .student import check_out_dir
-
     out, paths = Path(out), chapters()
     target = out / "answers.html"
-    check_out_dir(paths, out, [target], force)
-    out.mkdir(parents=True, exist_ok=True)
+    files.check_folder(out, [target], inputs=paths, force=force)
+    files.make_folder(out)
     _assets(out)
     fmt = HtmlFormatter(style="default")
     parts = [f"<h1>练习答案（教师用）</h1><p>{TITLE}：五章全部练习的题目、参考答案与检查单元格，"
@@ -671,5 +668,5 @@ def handout(out: Path, force: bool = False) -> Path:
                          f'<p><b>参考答案</b></p>{highlight(ex["solution"], PythonLexer(), fmt)}'
                          + (f'<p><b>检查</b></p>{highlight(ex["check"], PythonLexer(), fmt)}'
                             if ex["check"] else ""))
-    target.write_text(_page("练习答案", "".join(parts), None, "".join(toc)), encoding="utf-8")
-    return target
+    return files.write_text(target, _page("练习答案", "".join(parts), None, "".join(toc)),
+                            inputs=paths, within=out)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import nbformat
 
+from gptcourse import files
 from gptcourse.errors import UserError
 
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -194,48 +195,24 @@ def read_notebook(path: Path) -> nbformat.NotebookNode:
     return nb
 
 
-class OutputError(ValueError):
-    """输出目录不合适：会覆盖教师版，或里面已经有同名的文件。"""
-
-
-def check_out_dir(inputs: list[Path], out: Path, targets: list[Path], force: bool = False) -> None:
-    """``--out`` 不能包含输入的笔记本（那会覆盖或混进教师版）；已有要写的文件时不覆盖，
-    除非 ``force``。``student`` 与 ``site`` 两个命令共用。"""
-    if Path(out).exists() and not Path(out).is_dir():
-        raise OutputError(f"--out {out} 是一个已有的文件，不是目录；请给一个（新的）目录")
-    out = Path(out).resolve()
-    inside = [str(p) for p in inputs if out in Path(p).resolve().parents]
-    if inside:
-        raise OutputError(f"--out {out} 包含输入的笔记本（如 {inside[0]}），写进去会覆盖或混进"
-                          "教师版；请换一个不包含 notebooks/ 的新目录")
-    names = [Path(t).name for t in targets]
-    twice = sorted({n for n in names if names.count(n) > 1})
-    if twice:                                                    # 两个班的同一章：后写的吃掉先写的
-        raise OutputError(f"有 {len(twice)} 个输出重名（如 {twice[0]}）：同名的输入请分开生成")
-    links = [str(t) for t in targets if Path(t).is_symlink()]
-    if links:                                # 顺着链接写会写到 --out 之外（可能正是教师版）
-        raise OutputError(f"{links[0]} 是一个符号链接：不顺着链接写；请删掉它或换一个空目录")
-    clash = [str(t) for t in targets for p in inputs
-             if Path(t).exists() and Path(p).exists() and Path(t).samefile(p)]
-    if clash:
-        raise OutputError(f"{clash[0]} 就是输入的笔记本（硬链接？）：不会覆盖它")
-    existing = [str(t) for t in targets if Path(t).exists()]
-    if existing and not force:
-        raise OutputError(f"{out} 里已经有 {len(existing)} 个要写的文件（如 {existing[0]}），"
-                          "不覆盖；换一个空目录，或加 --force")
+def notebook_text(nb: nbformat.NotebookNode) -> str:
+    """笔记本 → 写进文件的文字（与 ``nbformat.write`` 相同，以换行结尾）。"""
+    text = nbformat.writes(nb)
+    return text if text.endswith("\n") else text + "\n"
 
 
 def write_student_edition(notebooks: list[Path], out: Path, force: bool = False) -> list[Path]:
-    """把每个教师版笔记本的学生版写到 out/ 下（同名）。"""
-    targets = [Path(out) / Path(p).name for p in notebooks]
-    check_out_dir(notebooks, out, targets, force)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
+    """把每个教师版笔记本的学生版写到 out/ 下（同名）。规则见 :mod:`gptcourse.files`：out 不
+    包含输入，不重名，不顺着链接写，已有的不覆盖（除非 ``force``），每个文件原子地写。"""
+    out = Path(out)
+    targets = [out / Path(p).name for p in notebooks]
+    files.check_folder(out, targets, inputs=notebooks, force=force)
+    files.make_folder(out)
     for path, target in zip(notebooks, targets):
         nb = read_notebook(path)
-        nbformat.write(student_notebook(nb, path.name), target)
-        written.append(target)
-    return written
+        files.write_text(target, notebook_text(student_notebook(nb, path.name)),
+                         inputs=notebooks, within=out)
+    return targets
 
 
 # ---------------------------------------------------------------- 学生包
@@ -289,10 +266,9 @@ def write_bundle(notebooks: list[Path], out: Path, force: bool = False) -> Path:
     from gptcourse.runtime import ROOT
 
     target = Path(out) / "学生版.zip"
-    check_out_dir(notebooks, out, [target], force)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(target.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
+    files.check_folder(out, [target], inputs=notebooks, force=force)
+    with files.replacing(target, "wb", inputs=notebooks, within=files.make_folder(out)) as f, \
+            zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED, compresslevel=6) as z:
         z.writestr(f"{BUNDLE}/安装说明.md", INSTALL_NOTE.format(bundle=BUNDLE))
         for path in notebooks:
             nb = student_notebook(read_notebook(path), Path(path).name)
@@ -301,5 +277,4 @@ def write_bundle(notebooks: list[Path], out: Path, force: bool = False) -> Path:
             binary = rel.endswith((".pt", ".otf", ".woff2", ".png", ".gz", ".zip"))
             z.write(ROOT / rel, f"{BUNDLE}/{rel}",
                     compress_type=zipfile.ZIP_STORED if binary else zipfile.ZIP_DEFLATED)
-    tmp.replace(target)
     return target

@@ -93,4 +93,5 @@ def report(results: list[dict], slow: float = 1.0) -> str:
 
 
 def write_json(results: list[dict], path: Path) -> None:
-    Path(path).write_text(json.dumps(results, ensure_ascii=False, indent=1), encoding="utf-8")
+    from gptcourse import files
+    files.write_text(path, json.dumps(results, ensure_ascii=False, indent=1))
