@@ -80,6 +80,19 @@ def test_probe_plot_three_series_in_percent():
         gc.viz.training.plot_probe([])
 
 
+def test_probe_plot_adds_the_leading_indicator_and_its_chance_level_when_recorded():
+    probe = [{"step": 250, "form_rate": 0.9, "tonal_share": 0.85, "rhyme_rate": 0.05,
+              "group_mass": 0.3, "group_chance": 0.06},
+             {"step": 500, "form_rate": 0.95, "tonal_share": 0.9, "rhyme_rate": 0.4,
+              "group_mass": 0.6, "group_chance": 0.06}]
+    ax = gc.viz.training.plot_probe(probe).axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert labels[3:] == ["领先指标：真诗韵脚上本韵部的概率", "领先指标的机会水平"]
+    assert list(ax.lines[3].get_ydata()) == [30.0, 60.0]
+    old = [{k: v for k, v in r.items() if not k.startswith("group")} for r in probe]
+    assert len(gc.viz.training.plot_probe(old).axes[0].lines) == 3     # 旧检查点：三条线
+
+
 def test_magnitudes_plot_log_scale_and_bad_values():
     ax = gc.viz.training.plot_magnitudes({"bf16 与 fp32": 2e-4, "换批次": 0.05}).axes[0]
     assert ax.get_yscale() == "log" and [t.get_text() for t in ax.get_xticklabels()] == [

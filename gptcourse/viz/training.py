@@ -222,20 +222,26 @@ def plot_scaling(runs: Mapping[str, Mapping[str, Sequence[float]]], ax=None,
     return fig
 
 
-PROBE_SERIES = {"form_rate": "诗体合格率", "tonal_share": "平仄合律的比例", "rhyme_rate": "押韵率"}
+PROBE_SERIES = {"form_rate": "诗体合格率", "tonal_share": "平仄合律的比例", "rhyme_rate": "押韵率",
+                "group_mass": "领先指标：真诗韵脚上本韵部的概率"}
 
 
 def plot_probe(probe: Sequence[Mapping[str, float]], ax=None,
                title: str = "训练中的格律探针（自由采样，不加约束）"):
-    """检查点的 ``meta["probe"]``：每次一行，step 与 form_rate、tonal_share、rhyme_rate。"""
+    """检查点的 ``meta["probe"]``：每次一行，step 与 form_rate、tonal_share、rhyme_rate，
+    以及（记了它的检查点）领先指标 group_mass——画成虚线，机会水平 group_chance 画成灰色点线。"""
     rows = [r for r in probe if "step" in r]
     if not rows:
         raise UserError("probe 是空的：检查点里没有训练探针的记录")
     fig, ax = _axes(ax, (6.4, 3.6))
     steps = [r["step"] for r in rows]
     for key, label in PROBE_SERIES.items():
-        if all(key in r for r in rows):
-            ax.plot(steps, [100 * r[key] for r in rows], marker="o", lw=2, label=label)
+        if all(r.get(key) is not None for r in rows):
+            style = dict(ls="--", color="#7048e8") if key == "group_mass" else {}
+            ax.plot(steps, [100 * r[key] for r in rows], marker="o", lw=2, label=label, **style)
+    if all(r.get("group_chance") is not None for r in rows):
+        ax.plot(steps, [100 * r["group_chance"] for r in rows], ls=":", color="gray", lw=1.5,
+                label="领先指标的机会水平")
     ax.set_ylim(0, 105)
     ax.set_xlabel("训练步数")
     ax.set_ylabel("%")
