@@ -148,6 +148,24 @@ def test_updates_are_timed(demo):
     assert "毫秒" in demo.readout.value
 
 
+def test_an_update_computes_on_one_thread_and_restores_the_thread_count(demo):
+    compute, seen = demo._compute, []
+
+    def spy(values):
+        seen.append(torch.get_num_threads())
+        return compute(values)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    demo._compute = spy
+    try:
+        demo.controls["seed"].value = 5
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        demo._compute = compute
+        torch.set_num_threads(before)
+        demo.controls["seed"].value = 3
+
+
 # ---------------------------------------------------------------- 注意力
 LINE = "白日依山尽，黄河入海流。"
 

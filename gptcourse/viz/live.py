@@ -20,11 +20,14 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import functools
 import html
 import io
 import time
 from collections.abc import Callable
+
+import torch
 
 from ..errors import UserError, is_real
 from ..evaluate import text_attention
@@ -59,6 +62,20 @@ def _check(name: str, value, integer: bool = False):
         kind = "整数" if integer else "数"
         raise UserError(f"{name} 应是 {lo}…{hi} 之间的{kind}（滑块的范围），收到 {value!r}")
     return int(value) if integer else float(value)
+
+
+@contextlib.contextmanager
+def one_thread():
+    """一帧里 PyTorch 只用一个线程，结束后恢复原来的线程数。
+
+    每一帧的计算都很小（一次前向看下一个字、一个字一个字地写一首诗），多线程省不下时间，只添同步：
+    机器上还有别的程序在跑时，两个线程互相等待，一帧会慢好几倍。"""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def _png(fig) -> bytes:
@@ -241,7 +258,8 @@ def _demo_class():
         def _update(self, change=None) -> None:
             t0 = time.perf_counter()
             try:
-                frame = self._compute({k: c.value for k, c in self.controls.items()})
+                with one_thread():
+                    frame = self._compute({k: c.value for k, c in self.controls.items()})
             except UserError as e:
                 self.error = str(e)
                 self.readout.value = f"<span style='color:#a50f15'>{html.escape(str(e))}</span>"
