@@ -368,3 +368,25 @@ def title_reuse(model, tok, titles: list[str], seed: int = 0, **decoding) -> dic
     return {"n": len(titles), "own": float(np.mean(own)), "own_ci": bootstrap_interval(own),
             "shuffled": float(np.mean(ctrl)), "shuffled_ci": bootstrap_interval(ctrl),
             "examples": list(zip(titles[:3], poems[:3]))}
+
+
+@torch.no_grad()
+def text_attention(model, tok, text: str) -> tuple[list[str], list[torch.Tensor]]:
+    """一段文字在模型里的注意力 → (T 个词元的文字, 每层一个 [H, T, T] 的权重)。
+
+    文字前面补一个换行（上一首诗刚结束，与写诗时的语境相同），所以 T = 1 + 词元数，第 0 行
+    只能看它自己。行 = 查询位置，列 = 键位置。网页演示的 ``/api/attention`` 与
+    :func:`gptcourse.viz.live.attention` 都用它。文字为空、有词表外的字、放不进上下文
+    （T > block_size）→ UserError。记录注意力时要在各层挂记录槽（见 ``model.record_attention``），
+    别的线程同时用这个模型时，传一份副本进来（网页服务就是这样做的）。
+    """
+    if not isinstance(text, str) or not text:
+        raise UserError(f"要看注意力的文字必须是非空字符串，收到 {text!r}"[:120])
+    ids = [tok.eos_id] + tok.encode(text)                  # 词表外的字 → UserError（说出是哪些字）
+    limit = model.config.block_size
+    if len(ids) > limit:
+        raise UserError(f"text 太长：{len(ids) - 1} 个词元，模型的上下文只有 {limit - 1} 个"
+                        "（开头还有一个换行）")
+    device = next(model.parameters()).device
+    maps = model.attention_maps(torch.tensor([ids], device=device))     # L 个 [1, H, T, T]
+    return [tok.piece(i) for i in ids], [m[0].float().cpu() for m in maps]

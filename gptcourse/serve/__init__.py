@@ -45,6 +45,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserError
+from ..evaluate import text_attention
 from ..fastdecode import cached_decoder, warm_up_in_background
 from ..generate import STAGES, VerseSpec, next_token_stages, stream_tokens
 from ..sampling import SamplingParams
@@ -330,25 +331,20 @@ class Handler(BaseHTTPRequestHandler):
         self._json(200, next_reply(p, stages, self.server.tok, top, time.perf_counter() - t0))
 
     def _attention(self, text: str) -> None:
-        """每层每个头的注意力权重 [L][H][T][T]（保留 4 位小数），T = 1 + 文字的词元数。
+        """每层每个头的注意力权重 [L][H][T][T]（保留 4 位小数），T = 1 + 文字的词元数；
+        算法是 :func:`gptcourse.evaluate.text_attention`（笔记本的实时演示用同一个函数）。
 
         ``record_attention`` 要在各层上挂一个记录槽（模块的状态），不能在同时写诗的那个模型上做：
         用模型的一份副本（第一次用时复制），一次只让一个请求用它。"""
         s, t0 = self.server, time.perf_counter()
-        ids = [s.tok.eos_id] + s.tok.encode(text)
-        if len(ids) > s.model.config.block_size:
-            raise ApiError(400, f"text 太长：{len(ids) - 1} 个词元，模型的上下文只有 "
-                                f"{s.model.config.block_size - 1} 个", "text too long")
         with s.attention_lock:
             if s.attention_model is None:
                 s.attention_model = copy.deepcopy(s.model).eval()
-            model = s.attention_model
-            device = next(model.parameters()).device
-            maps = model.attention_maps(torch.tensor([ids], device=device))   # L 个 [1, H, T, T]
-        weights = [[[[round(w, 4) for w in row] for row in head] for head in m[0].float().tolist()]
+            tokens, maps = text_attention(s.attention_model, s.tok, text)   # L 个 [H, T, T]
+        weights = [[[[round(w, 4) for w in row] for row in head] for head in m.tolist()]
                    for m in maps]
-        self._json(200, {"text": text, "tokens": [s.tok.decode([i]) for i in ids],
-                         "n_layer": len(maps), "n_head": maps[0].shape[1], "weights": weights,
+        self._json(200, {"text": text, "tokens": tokens,
+                         "n_layer": len(maps), "n_head": maps[0].shape[0], "weights": weights,
                          "seconds": round(time.perf_counter() - t0, 3)})
 
     def _stream(self, p: dict) -> None:

@@ -8,6 +8,7 @@ from . import (  # 笔记本 02：掩码、头的分析、RoPE、春天→来
     evaluation,  # 笔记本 04：模型与基线对比、诗内逐位置损失
     generation,  # 笔记本 05：温度、下一个字的分布、生成速度
     heads,
+    live,  # 笔记本 02、05：JupyterLab 里的实时演示（需要 ipywidgets，用时才导入）
     rope,
     training,  # 笔记本 03：学习率、损失曲线、梯度范数、消融
     walkthrough,

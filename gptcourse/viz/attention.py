@@ -83,19 +83,23 @@ def _as_heads(m) -> np.ndarray:
 
 def plot_attention_grid(maps: Sequence, tokens: Sequence[str], title: str | None = None,
                         axes=None, fontsize: float | None = None, cmap: str = "viridis",
-                        colorbar: bool = True):
+                        colorbar: bool = True, layers: Sequence[int] | None = None,
+                        heads: Sequence[int] | None = None):
     """按"行 = 层、列 = 头"画注意力权重；刻度是输入的汉字。
 
     maps：每层一个 [B,H,T,T]（如 ``model.attention_maps(idx)`` 的返回值）；tokens：长度 T 的字。
-    axes：可传入已有的 L×H 个 Axes（二维数组），否则新建一张图。colorbar：在右侧画一条
-    所有子图共用的色标（0–1）。返回 Figure。
+    layers / heads：只画其中几层、几个头（下标从 0 起；子图标题仍写真实的层号、头号），
+    ``None`` = 全部。axes：可传入已有的 L×H 个 Axes（二维数组），否则新建一张图。
+    colorbar：在右侧画一条所有子图共用的色标（0–1）。返回 Figure。
     """
     import matplotlib.pyplot as plt
 
-    layers = [_as_heads(m) for m in maps]
-    if not layers:
+    every = [_as_heads(m) for m in maps]
+    if not every:
         raise UserError("maps 为空：至少需要一层的注意力权重")
-    L, H, T = len(layers), layers[0].shape[0], layers[0].shape[-1]
+    rows = _pick(layers, len(every), "layers", "层")
+    cols = _pick(heads, every[0].shape[0], "heads", "头")
+    L, H, T = len(rows), len(cols), every[0].shape[-1]
     tokens = list(tokens)
     if len(tokens) != T:
         raise UserError(f"tokens 有 {len(tokens)} 个，但注意力矩阵是 {T}×{T}")
@@ -105,10 +109,10 @@ def plot_attention_grid(maps: Sequence, tokens: Sequence[str], title: str | None
         axes = np.asarray(axes).reshape(L, H)
         fig = axes[0, 0].figure
     fs = fontsize or max(4.5, min(9.0, 90.0 / T))
-    for l in range(L):
-        for h in range(H):
-            ax = axes[l, h]
-            im = ax.imshow(layers[l][h], cmap=cmap, vmin=0.0, vmax=1.0)
+    for i, l in enumerate(rows):
+        for j, h in enumerate(cols):
+            ax = axes[i, j]
+            im = ax.imshow(every[l][h], cmap=cmap, vmin=0.0, vmax=1.0)
             ax.set_xticks(range(T), labels=tokens, fontsize=fs)
             ax.set_yticks(range(T), labels=tokens, fontsize=fs)
             ax.tick_params(length=0, pad=1)
@@ -119,6 +123,19 @@ def plot_attention_grid(maps: Sequence, tokens: Sequence[str], title: str | None
     if colorbar:
         fig.colorbar(im, ax=axes, fraction=0.025, pad=0.02, label="注意力权重")
     return fig
+
+
+def _pick(which: Sequence[int] | None, n: int, name: str, unit: str) -> list[int]:
+    """layers / heads 参数 → 下标列表；不是 0…n−1 里的整数 → UserError。"""
+    if which is None:
+        return list(range(n))
+    picked = list(which)
+    bad = [i for i in picked if not isinstance(i, (int, np.integer)) or isinstance(i, bool)
+           or not 0 <= i < n]
+    if not picked or bad:
+        raise UserError(f"{name} 应是 0…{n - 1} 里的整数（一共 {n} 个{unit}，下标从 0 起），"
+                        f"收到 {which!r}")
+    return [int(i) for i in picked]
 
 
 def plot_attention_models(models: Mapping[str, Sequence], tokens: Sequence[str],
