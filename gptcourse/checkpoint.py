@@ -21,6 +21,8 @@
   迁移（:func:`_migrate` 去掉掩码，模型按 ``block_size`` 自己建）。
 - ``resume`` 先检查全部内容（配置、词表、权重形状、优化器分组与状态形状、随机数状态），
   全部没问题才改动模型和优化器。
+- **一次训练写出的文件**：:class:`Checkpoints`（每次评估存 last 与 best，结束时写发布文件）与
+  它存进 meta 的训练记录 :class:`History`（:func:`gptcourse.train.train` 返回的就是它）。
 """
 from __future__ import annotations
 
@@ -32,9 +34,10 @@ import shutil
 import signal
 import tempfile
 import threading
+import time
 import warnings
 import zipfile
-from dataclasses import fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -602,3 +605,107 @@ def resume(path: str | Path, model: GPT, optimizer=None, tokenizer=None) -> int:
     if torch.cuda.is_available() and "cuda" in obj["rng"]:
         torch.cuda.set_rng_state_all(obj["rng"]["cuda"])
     return obj["step"]
+
+
+# ---------------------------------------------------------------- 训练记录
+@dataclass
+class History:
+    """训练记录：每步一行（step, loss, lr, grad_norm, tokens_per_s），每次评估一行。
+
+    ``info``：这次训练的设置，例如 {"bf16": False, "bf16_reason": "…", "compiled": False}。
+    ``tokens_per_s`` 是每 log_interval 步一段的平均（不含评估）。
+    """
+    steps: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "History":
+        """从 to_dict() 的结果（例如检查点 meta["history"]）还原，用于接着训练。"""
+        return cls(steps=[dict(r) for r in d.get("steps", [])],
+                   evals=[dict(r) for r in d.get("evals", [])], info=dict(d.get("info", {})))
+
+    @property
+    def best_val(self) -> float:
+        vals = [e["val"] for e in self.evals if "val" in e]
+        return min(vals) if vals else float("nan")
+
+
+# ---------------------------------------------------------------- 一次训练写出的文件
+class Checkpoints:
+    """一次训练写出的检查点（命令行 ``train`` 用它；笔记本也可以）::
+
+        ckpts = Checkpoints("ckpt/run.pt", model, tok, optimizer)
+        train(model, ..., history=ckpts.history, on_eval=ckpts.on_eval)
+        summary = ckpts.finish(tokens_per_step(cfg, model.config.block_size))
+
+    - 每次评估（:meth:`on_eval`）：``<名>.last.pt``（带优化器，可以接着训练）；验证损失创新低时
+      ``<名>.best.pt``（只含权重）；给了 ``snapshots`` 目录时再存一份 ``step_000250.pt``，meta 里
+      记下那一刻的训练墙钟 ``wall_s``（画学习曲线、量"多久训练到目标损失"用）。
+    - 训练结束（:meth:`finish`，正常结束、发散或中断都一样）：把**这次**训练写出的 best 另存为
+      发布文件 ``<名>.pt``，meta 里加上总结；这次一次 best 都没写出过就什么也不写。
+    ``meta`` 是每个文件都带的记录（语料、配置、命令……，同一个字典：之后往里加的也会存进去）。
+    只在 0 号进程上用（:func:`~gptcourse.train.train` 只在 0 号进程上调用 ``on_eval``）。
+    写文件是原子的（:func:`save`）。"""
+
+    def __init__(self, out, model: GPT, tok, optimizer: torch.optim.Optimizer | None = None,
+                 meta: dict | None = None, history: History | None = None, half: bool = False,
+                 snapshots=None):
+        self.out = Path(out)
+        self.best, self.last = self.out.with_suffix(".best.pt"), self.out.with_suffix(".last.pt")
+        self.model, self.tok, self.optimizer, self.half = model, tok, optimizer, half
+        self.meta = {} if meta is None else meta
+        self.history = History() if history is None else history
+        self.snapshots = None if snapshots is None else Path(snapshots)
+        self.best_step: int | None = None       # 这次训练的 best 在第几步（不是以前留下的）
+        self.best_state: dict | None = None     # 那一步的权重（CPU 上的副本）
+        self.t0 = time.perf_counter()           # 训练墙钟从这里算
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def on_eval(self, step: int, val: float | None, is_best: bool) -> None:
+        """``train`` 的 ``on_eval``：存 last，创新低时存 best，有快照目录时存快照。"""
+        meta = {**self.meta, "val_loss": val, "history": self.history.to_dict()}
+        if is_best:                             # 先记在内存里：发布的是这次训练自己的 best，
+            self.best_state = {k: v.detach().to("cpu", copy=True)       # 磁盘写不出也还在
+                               for k, v in self.model.state_dict().items()}
+            self.best_step = step
+        save(self.last, self.model, self.tok, optimizer=self.optimizer, step=step, meta=meta)
+        if is_best:
+            save(self.best, self.model, self.tok, step=step, meta=meta, half=self.half)
+        if self.snapshots is not None:          # 学习曲线：这一刻的权重，连同训练墙钟
+            try:
+                save(self.snapshots / f"step_{step:06d}.pt", self.model, self.tok, step=step,
+                     meta={"val_loss": val, "wall_s": round(self.elapsed(), 1),
+                           "command": self.meta.get("command")})
+            except CheckpointError as e:        # 快照是可选的：停掉快照，训练照常
+                warnings.warn(f"{e}；之后不再写快照，训练继续", stacklevel=2)
+                self.snapshots = None
+
+    def finish(self, tokens_per_step: int, diverged_at: int | None = None,
+               interrupted: bool = False) -> dict | None:
+        """训练结束 → 总结 {"steps", "tokens", "wall_s", "tokens_per_s", "best_val_loss"（发散时
+        还有 "diverged_at_step"，中断时 "interrupted"）}，并把验证损失最好的那一版写成发布文件
+        ``out``（只含权重，meta 里有总结与完整的 history）。``tokens_per_step``：一步训练看多少个
+        词元（:func:`gptcourse.train.tokens_per_step`）；``diverged_at``：在第几步发散（没有发散就是
+        None）。这次训练没写出过 best → None，什么也不写（不拿以前留下的 best 充数）。"""
+        if self.best_step is None:
+            return None
+        wall, history = self.elapsed(), self.history
+        steps = history.steps[-1]["step"] if history.steps else 0
+        tokens = steps * tokens_per_step
+        summary = {"steps": steps, "tokens": tokens, "wall_s": round(wall, 1),
+                   "tokens_per_s": round(tokens / wall), "best_val_loss": history.best_val}
+        if diverged_at is not None:
+            summary["diverged_at_step"] = diverged_at
+        if interrupted:
+            summary["interrupted"] = True
+        model_best = GPT(self.model.config)                 # 发布用的文件 = 这次训练验证损失
+        model_best.load_state_dict(self.best_state)         # 最好的那一版（内存里的，不重读磁盘）
+        save(self.out, model_best, self.tok, step=steps,
+             meta={**self.meta, **summary, "history": history.to_dict()}, half=self.half)
+        return summary

@@ -164,10 +164,10 @@ def test_a_full_snapshot_folder_stops_the_snapshots_not_the_run(tmp_path, capsys
 
 def test_the_published_file_is_this_runs_best_not_whatever_is_on_disk(tmp_path):
     """R5（F11）：另一次训练在这期间改写了 <out>.best.pt——发布的仍是这次训练自己的 best。"""
+    from gptcourse.checkpoint import Checkpoints
     from gptcourse.config import preset
     from gptcourse.model import GPT
     from gptcourse.tokenizer import CharTokenizer
-    from gptcourse.train import Checkpoints, TrainConfig
     tok = CharTokenizer.from_text("春风明月\n")
     torch.manual_seed(0)
     mine = GPT(preset("mini", vocab_size=tok.vocab_size, block_size=8))
@@ -175,7 +175,7 @@ def test_the_published_file_is_this_runs_best_not_whatever_is_on_disk(tmp_path):
     ckpts = Checkpoints(tmp_path / "m.pt", mine, tok)
     ckpts.on_eval(1, 1.9, True)
     checkpoint.save(tmp_path / "m.best.pt", other, tok, step=9)          # 别人写的
-    ckpts.finish(TrainConfig(max_steps=1, batch_size=1))
+    ckpts.finish(tokens_per_step=8)
     model, _, _ = checkpoint.load(tmp_path / "m.pt")
     assert model.config.block_size == 8
     torch.testing.assert_close(model.state_dict(), mine.state_dict())
