@@ -285,6 +285,19 @@ def test_the_shipped_checkpoint_is_v2_and_a_v1_copy_upgrades_to_it(tmp_path):
     same_weights(model, checkpoint.load(new)[0])
 
 
+def test_the_shipped_checkpoint_verifies_and_a_changed_weight_in_it_is_refused(tmp_path):
+    """course.pt 带的是写入时唯一的那种校验和（v2，全部字段）：不需要许可就核对通过；
+    权重里改动一个数，核对就不通过（许可也不管用）。"""
+    raw = torch.load(checkpoint.SHIPPED, weights_only=True)
+    assert raw["sha256"].startswith("v2:") and raw["sha256"] == checkpoint.payload_sha256(raw)
+    checkpoint.load_raw(checkpoint.SHIPPED, trust_unverified=False)
+    name = next(k for k, v in raw["model"].items() if v.is_floating_point())
+    raw["model"][name].view(-1)[0] += 1
+    torch.save(raw, tmp_path / "course.pt")
+    with pytest.raises(checkpoint.CheckpointError, match="course.pt 的校验和不符"):
+        checkpoint.load_raw(tmp_path / "course.pt", trust_unverified=True)
+
+
 @pytest.mark.parametrize("error, reason", [
     (OSError(28, "No space left on device"), "磁盘已满"),
     (OSError(30, "Read-only file system"), "只读文件系统"),

@@ -276,7 +276,7 @@ def test_checksum_covers_config_tokenizer_and_meta(saved, edit, what):
 def test_legacy_checksum_loads_only_with_consent_and_upgrades(saved, tmp_path, monkeypatch):
     def legacy(o):
         o.pop("sha256_covers")
-        o["sha256"] = checkpoint.payload_sha256(o, checkpoint.LEGACY_COVERS, "v1")
+        o["sha256"] = checkpoint.v1_sha256(o, checkpoint.LEGACY_COVERS)
     rewrite(saved, legacy)
     monkeypatch.delenv(checkpoint.TRUST_ENV, raising=False)
     with pytest.raises(CheckpointError, match="只覆盖权重与优化器的旧格式校验和.*"

@@ -320,7 +320,7 @@ def test_I15_init_from_a_partially_covered_file_does_not_train(saved, tmp_path, 
 
 def _legacy(o):
     o.pop("sha256_covers")
-    o["sha256"] = checkpoint.payload_sha256(o, checkpoint.LEGACY_COVERS, "v1")
+    o["sha256"] = checkpoint.v1_sha256(o, checkpoint.LEGACY_COVERS)
 
 
 def _swap_char(o):                                 # 换掉词表里的一个字（换行符不动）

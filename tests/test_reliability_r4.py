@@ -176,7 +176,7 @@ def test_F4_C7_legacy_checksum_with_an_edited_n_head_does_not_init_a_training(tm
     obj = torch.load(path, weights_only=True)
     obj["config"]["n_head"] = 1
     del obj["sha256_covers"]
-    obj["sha256"] = checkpoint.payload_sha256(obj, checkpoint.LEGACY_COVERS, "v1")
+    obj["sha256"] = checkpoint.v1_sha256(obj, checkpoint.LEGACY_COVERS)
     torch.save(obj, path)
     one_line_error([*TRAIN, "--steps", "1", "--init", str(path),
                     "--out", str(tmp_path / "ft.pt")], "只覆盖权重与优化器的旧格式校验和")
@@ -301,7 +301,7 @@ def test_F4_every_structural_edit_breaks_the_checksum(tmp_path, model, tok, case
 
 
 def _v1_full(obj):
-    obj["sha256"] = checkpoint.payload_sha256(obj, scheme="v1")     # 更早版本写的全字段校验和
+    obj["sha256"] = checkpoint.v1_sha256(obj)     # 更早版本写的全字段校验和
 
 
 def test_F4_v1_full_checksum_is_unverified_refused_by_default_then_upgraded(tmp_path, model, tok,
@@ -318,7 +318,7 @@ def test_F4_v1_full_checksum_is_unverified_refused_by_default_then_upgraded(tmp_
         checkpoint.load(path, trust_unverified=True)
     rel = obj["meta"]["release"]                                   # v1 看不出的挪动
     rel["top_p"] = rel["settings"].pop("top_p")
-    assert checkpoint.payload_sha256(obj, scheme="v1") == obj["sha256"]
+    assert checkpoint.v1_sha256(obj) == obj["sha256"]
     rel["settings"]["top_p"] = rel.pop("top_p")
     new = checkpoint.upgrade(path, tmp_path / "new.pt")
     raw = checkpoint.load_raw(new, trust_unverified=False)
