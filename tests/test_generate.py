@@ -515,6 +515,57 @@ def test_rows_are_told_apart_by_identity():
     assert a != b and [a, b].index(b) == 1
 
 
+# ---------------------------------------------------------------- 一条带类型的路（issue 49）
+def test_built_settings_travel_to_the_loop_as_they_are(small_model, small_tok, monkeypatch):
+    """generate_batch / stream_tokens 收下建好的 params= / spec=，原样交给解码循环（不再拆成
+    关键字参数、重建一遍）；结果与扁平的关键字参数相同。两种方式给同一样 → TypeError。"""
+    seen = []
+    real = gen_module._decode
+
+    def spy(model, tok, prompts, params, spec, *a, **k):
+        seen.append((params, spec))
+        return real(model, tok, prompts, params, spec, *a, **k)
+    monkeypatch.setattr(gen_module, "_decode", spy)
+    params, spec = SamplingParams(temperature=0.8, top_k=5), VerseSpec(form="五绝")
+    typed = generate_batch(small_model, small_tok, ["春"], seed=3, params=params, spec=spec)
+    assert seen[-1][0] is params and seen[-1][1] is spec
+    flat = generate_batch(small_model, small_tok, ["春"], seed=3, temperature=0.8, top_k=5,
+                          form="五绝")
+    assert typed == flat
+    assert "".join(stream_tokens(small_model, small_tok, "春", seed=3, params=params,
+                                 spec=spec)) == typed[0][1:]
+    assert seen[-1][0] is params
+    with pytest.raises(TypeError, match="给了 params= 就不要再单独给 temperature"):
+        generate_batch(small_model, small_tok, ["春"], params=params, temperature=0.5)
+    with pytest.raises(TypeError, match="给了 spec= 就不要再单独给 form"):
+        stream_tokens(small_model, small_tok, "春", spec=spec, form="七绝").__next__()
+
+
+def test_the_cli_hands_the_release_decoding_to_the_loop_unchanged(small_saved, monkeypatch,
+                                                                   capsys):
+    """命令行：release.decoding 建好、检查过的 SamplingParams 与 VerseSpec 原样到达解码循环。"""
+    from gptcourse import release
+    built, seen = [], []
+    real_decoding, real_decode = release.decoding, gen_module._decode
+
+    def decoding(*a, **k):
+        built.append(real_decoding(*a, **k))
+        return built[-1]
+
+    def spy(model, tok, prompts, params, spec, *a, **k):
+        seen.append((params, spec))
+        return real_decode(model, tok, prompts, params, spec, *a, **k)
+    monkeypatch.setattr(release, "decoding", decoding)
+    monkeypatch.setattr(gen_module, "_decode", spy)
+    for stream in ([], ["--stream"]):
+        assert cli.main(["generate", "--checkpoint", str(small_saved), "--prompt", "春",
+                         "--temperature", "0.7", "--seed", "0", "--max-new-tokens", "4",
+                         *stream]) == 0
+        assert seen[-1][0] is built[-1].params and seen[-1][1] is built[-1].spec
+        assert built[-1].params.temperature == 0.7
+    capsys.readouterr()
+
+
 # ---------------------------------------------------------------- 默认值只有一处（M4）
 def field_defaults(*classes) -> dict:
     """dataclass 字段 → 默认值（SamplingParams 与 VerseSpec：采样与格式参数唯一的定义）。"""

@@ -271,3 +271,17 @@ def test_release_outside_the_server_ranges_is_refused_at_start(tmp_path, small_m
                    f"检查点的发布设置超出网页服务的范围：{message}")
     server = make_server(small_model, small_tok, port=0, defaults=release.validate_settings({}))
     server.server_close()                                            # 范围之内：照常启动
+
+
+def test_decoding_is_for_request_built_once():
+    """release.decoding = for_request 的结果建成 SamplingParams 与 VerseSpec（检查一次）；它的扁平
+    字典与 for_request 的相同（命令行 eval 打印的就是它），坏的设置照样是 UserError。"""
+    meta = {"release": {"settings": {"temperature": 0.8, "top_p": 0.95, "rhyme": True}}}
+    d = release.decoding(meta, {"temperature": None, "form": "五绝"})
+    assert d.params.temperature == 0.8 and d.params.top_p == 0.95
+    assert d.spec.form == "五绝" and d.spec.rhyme is True and d.relaxed == ()
+    assert d.to_dict() == release.for_request(meta, {"form": "五绝"})
+    assert release.decoding(None, {}).to_dict() == release.FALLBACK
+    with pytest.raises(UserError, match="top_p 必须在"):
+        release.decoding(meta, {"top_p": 1.5})
+
