@@ -5,12 +5,18 @@
 - **原子写入**：先写同目录的临时文件 ``.<名>.<pid>.<随机>.tmp``，再 ``os.replace``；写到一半
   出错、被 Ctrl+C 或 SIGTERM 打断时删掉临时文件。被 SIGKILL 杀掉留下的临时文件以 "." 开头、
   以 ".tmp" 结尾，不会被当成检查点；下一次往同一目录保存同名检查点时，进程已不在的临时文件会被删掉。
-- **校验和**：保存时记下配置、权重、词表、步数、优化器、随机数状态与 meta（含发布设置）的
-  SHA-256（``sha256`` 字段，``"v2:<十六进制>"``），读取时**总是按这全部字段**重新计算；对不上 →
-  :class:`CheckpointError`。编码带类型与长度（字典、列表带元素个数），任何结构上的改动都对不上。
+- **校验和（发现损坏，不防伪造）**：保存时记下配置、权重、词表、步数、优化器、随机数状态与
+  meta（含发布设置）的 SHA-256（``sha256`` 字段，``"v2:<十六进制>"``，:func:`payload_sha256`），
+  读取时**总是按这全部字段**重新计算；对不上 → :class:`CheckpointError`。编码带类型与长度
+  （字典、列表带元素个数），任何结构上的改动都对不上。它发现的是磁盘或传输造成的损坏、截断和
+  无意的改动（手改了 ``n_head``、词表里的一个字）；它没有密钥，**不是签名**：能改文件的人也能
+  重算它，所以来历不明的检查点不要读（``weights_only=True`` 保证读取时不执行文件里的代码，
+  但权重与设置仍是文件说了算）。
   覆盖范围不由文件自己说了算：``sha256_covers`` 不是这全部字段（例如 ``[]`` 或 ``["model"]``）
-  的文件一律拒绝。更早版本的 v1 全字段校验和（字典不记大小，把键挪一层对得上）、只覆盖权重与
-  优化器的旧格式文件、没有校验和的更旧文件都无法确认配置、词表与 meta 没被改过，默认拒绝；
+  的文件一律拒绝。
+- **写只有一种校验和，读认得更早的文件**：更早版本写过 v1 编码的全字段校验和（字典不记大小，把键
+  挪一层对得上）和只覆盖权重与优化器的 v1 校验和，更旧的文件没有校验和。读取时照样核对 v1
+  校验和（:func:`v1_sha256`，只读不写），但它们都无法确认配置、词表与 meta 没被改过，默认拒绝；
   确认它可信之后，``load(..., trust_unverified=True)``（命令行：环境变量
   ``GPTCOURSE_TRUST_UNVERIFIED=1``）才读取，并发出 :class:`UnverifiedCheckpointWarning`；
   :func:`upgrade` 把它重存为新格式（权重不变）。
@@ -21,15 +27,18 @@
   迁移（:func:`_migrate` 去掉掩码，模型按 ``block_size`` 自己建）。
 - ``resume`` 先检查全部内容（配置、词表、权重形状、优化器分组与状态形状、随机数状态），
   全部没问题才改动模型和优化器。
+- **一次训练写出的文件**：:class:`Checkpoints`（每次评估存 last 与 best，结束时写发布文件）与
+  它存进 meta 的训练记录 :class:`History`（:func:`gptcourse.train.train` 返回的就是它）。
 """
 from __future__ import annotations
 
 import contextlib
 import hashlib
 import os
+import time
 import warnings
 import zipfile
-from dataclasses import fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 import torch
@@ -155,16 +164,14 @@ def atomic_save(obj, path: str | Path) -> Path:
 
 
 # 校验和覆盖的字段：给权重以意义的一切（配置、词表、meta）都在内——改了 n_head 或词表里的一个字，
-# 权重照样载得进去，写出来的却是乱码。旧文件（没有 "sha256_covers"）只覆盖权重与优化器状态。
+# 权重照样载得进去，写出来的却是乱码。
 CHECKSUM_COVERS = ("config", "model", "tokenizer", "step", "optimizer", "rng", "meta")
-LEGACY_COVERS = ("model", "optimizer")
-# 校验和的编码。"v2"（写成 "v2:<64 位十六进制>"）：每个值带类型标记与长度，字典与列表带元素个数，
-# 所以任何结构上的改动（把一个键挪到另一层、拆开或合并字符串、列表换成元组）都会改变校验和。
-# "v1"（只有 64 位十六进制，更早版本写的）：字典不记大小，键挪一层校验和不变，只用来认出旧文件。
+# 校验和的编码（写进文件的只有这一种）："v2:<64 位十六进制>"。每个值带类型标记与长度，字典与列表带
+# 元素个数，所以任何结构上的改动（把一个键挪到另一层、拆开或合并字符串、列表换成元组）都会改变它。
 CHECKSUM_SCHEME = "v2"
 
 
-def _feed_v2(h, x) -> None:
+def _feed(h, x) -> None:
     """规范、无歧义的编码：类型标记 + 长度 + 内容；容器是类型标记 + 元素个数 + 各元素。"""
     def atom(tag: bytes, payload: bytes) -> None:
         h.update(tag + str(len(payload)).encode() + b":" + payload)
@@ -177,16 +184,16 @@ def _feed_v2(h, x) -> None:
         items = []
         for k, v in x.items():                       # 键按编码后的字节排序：不同类型的键也能比
             kh = hashlib.sha256()
-            _feed_v2(kh, k)
+            _feed(kh, k)
             items.append((kh.digest(), k, v))
         h.update(b"D" + str(len(items)).encode() + b":")
         for _, k, v in sorted(items, key=lambda it: it[0]):
-            _feed_v2(h, k)
-            _feed_v2(h, v)
+            _feed(h, k)
+            _feed(h, v)
     elif isinstance(x, list | tuple):
         h.update((b"L" if isinstance(x, list) else b"U") + str(len(x)).encode() + b":")
         for v in x:
-            _feed_v2(h, v)
+            _feed(h, v)
     elif x is None:
         h.update(b"N")
     elif isinstance(x, bool):
@@ -204,8 +211,22 @@ def _feed_v2(h, x) -> None:
         atom(b"r", repr(x).encode("utf-8", "surrogatepass"))
 
 
+def payload_sha256(obj: dict, covers=CHECKSUM_COVERS) -> str:
+    """``covers`` 里各字段的校验和 ``"v2:<十六进制>"``：:func:`save` 与 :func:`upgrade` 写的就是它
+    （总是全部字段），读取时按它核对。"""
+    h = hashlib.sha256()
+    _feed(h, {k: obj[k] for k in covers})
+    return f"{CHECKSUM_SCHEME}:{h.hexdigest()}"
+
+
+# ---------------------------------------------------------------- 更早版本的校验和（只读）
+# 更早版本写的文件：有 "sha256_covers" 的是 v1 编码的全字段校验和；没有的只覆盖权重与优化器状态
+# （LEGACY_COVERS，也是 v1 编码），或者根本没有校验和。读取时照样核对，但不再写。
+LEGACY_COVERS = ("model", "optimizer")
+
+
 def _feed_v1(h, x) -> None:
-    """更早版本的编码（只为认出旧文件）：字典不记大小，键挪一层校验和不变。"""
+    """v1 编码：字典不记大小（键挪一层校验和不变），其余的值按 repr。"""
     if isinstance(x, torch.Tensor):
         t = x.detach().cpu().contiguous()
         h.update(f"T{t.dtype}{tuple(t.shape)}".encode())
@@ -222,17 +243,11 @@ def _feed_v1(h, x) -> None:
         h.update(f"V{x!r}".encode())
 
 
-def payload_sha256(obj: dict, covers=CHECKSUM_COVERS, scheme: str = CHECKSUM_SCHEME) -> str:
-    """``covers`` 里各字段的 SHA-256。``scheme="v2"``（保存时用的）返回 ``"v2:<十六进制>"``，
-    编码见 :data:`CHECKSUM_SCHEME`；``"v1"`` 是更早版本的编码（只有十六进制），读旧文件时用。"""
+def v1_sha256(obj: dict, covers=CHECKSUM_COVERS) -> str:
+    """更早版本写的校验和（只有十六进制，没有 ``v2:``）：只用来核对旧文件，gptcourse 不再写它。"""
     h = hashlib.sha256()
-    if scheme == "v2":
-        _feed_v2(h, {k: obj[k] for k in covers})
-        return f"v2:{h.hexdigest()}"
-    if scheme == "v1":
-        _feed_v1(h, {k: obj[k] for k in covers})
-        return h.hexdigest()
-    raise ValueError(f"未知的校验和编码 {scheme!r}")
+    _feed_v1(h, {k: obj[k] for k in covers})
+    return h.hexdigest()
 
 
 def save(path: str | Path, model: GPT, tokenizer, *, optimizer=None, step: int = 0,
@@ -300,42 +315,54 @@ def _migrate(obj: dict) -> dict:
     return obj
 
 
+# 没有完整校验和的文件各是什么（出现在错误与警告里）
+_OLDER = {"v1": "是更早版本的 v1 校验和（不记字典的大小与层次：把一个键挪到另一层，校验和不变）",
+          "legacy": "只覆盖权重与优化器的旧格式校验和", None: "没有校验和"}
+
+
+def _checksum_kind(obj: dict, name: str) -> tuple[str | None, tuple[str, ...]]:
+    """文件带的是哪种校验和 → ("v2" | "v1" | "legacy" | None, 它覆盖的字段)。
+
+    文件自己声明的覆盖范围只用来认出格式：有 ``sha256_covers`` 的必须正好是全部字段。"""
+    if "sha256_covers" not in obj:                       # 更早的格式
+        return ("legacy", LEGACY_COVERS) if "sha256" in obj else (None, ())
+    covers = obj["sha256_covers"]
+    if not isinstance(covers, list | tuple) or \
+            sorted(map(str, covers)) != sorted(CHECKSUM_COVERS):
+        raise CheckpointError(
+            f"{name} 的 sha256_covers 是 {covers!r}，不是全部字段"
+            f"（{'、'.join(CHECKSUM_COVERS)}）："
+            "gptcourse 保存的文件总是全部覆盖，这个文件被改过，拒绝读取")
+    if "sha256" not in obj:
+        raise CheckpointError(f"{name} 有 sha256_covers 却没有 sha256：文件被改过，拒绝读取")
+    digest = obj["sha256"]
+    if ":" not in digest:
+        return "v1", CHECKSUM_COVERS
+    if not digest.startswith(f"{CHECKSUM_SCHEME}:"):
+        raise CheckpointError(f"{name} 的校验和编码 {digest.split(':')[0][:20]!r} 不认识"
+                              f"（这个版本的 gptcourse 写 {CHECKSUM_SCHEME}）：文件被改过，"
+                              "或来自更新的 gptcourse，拒绝读取")
+    return CHECKSUM_SCHEME, CHECKSUM_COVERS
+
+
 def _verify(obj: dict, name: str, trust_unverified: bool) -> None:
-    """校验和总是按 CHECKSUM_COVERS 全部字段计算：文件自己声明的覆盖范围只用来认出格式。"""
-    if "sha256_covers" in obj:                   # 新格式：必须正好覆盖全部字段
-        covers = obj["sha256_covers"]
-        if not isinstance(covers, list | tuple) or \
-                sorted(map(str, covers)) != sorted(CHECKSUM_COVERS):
-            raise CheckpointError(
-                f"{name} 的 sha256_covers 是 {covers!r}，不是全部字段"
-                f"（{'、'.join(CHECKSUM_COVERS)}）："
-                "gptcourse 保存的文件总是全部覆盖，这个文件被改过，拒绝读取")
-        if "sha256" not in obj:
-            raise CheckpointError(f"{name} 有 sha256_covers 却没有 sha256：文件被改过，拒绝读取")
-        digest = obj["sha256"]
-        if ":" in digest and not digest.startswith(f"{CHECKSUM_SCHEME}:"):
-            raise CheckpointError(f"{name} 的校验和编码 {digest.split(':')[0][:20]!r} 不认识"
-                                  f"（这个版本的 gptcourse 写 {CHECKSUM_SCHEME}）：文件被改过，"
-                                  "或来自更新的 gptcourse，拒绝读取")
-        scheme = CHECKSUM_SCHEME if ":" in digest else "v1"
-        if payload_sha256(obj, scheme=scheme) != digest:
-            raise CheckpointError(f"{name} 的校验和不符：{'、'.join(CHECKSUM_COVERS)} 在保存之后被"
+    """核对校验和（旧文件的 v1 校验和也核对）；没有完整 v2 校验和的文件只在明确许可时读取。"""
+    kind, covers = _checksum_kind(obj, name)
+    if kind is not None:
+        digest = payload_sha256(obj) if kind == CHECKSUM_SCHEME else v1_sha256(obj, covers)
+        if digest != obj["sha256"]:
+            raise CheckpointError(f"{name} 的校验和不符：{'、'.join(covers)} 在保存之后被"
                                   "改动或损坏")
-        if scheme == CHECKSUM_SCHEME:
-            return
-        what = "是更早版本的 v1 校验和（不记字典的大小与层次：把一个键挪到另一层，校验和不变）"
-    else:
-        if "sha256" in obj and payload_sha256(obj, LEGACY_COVERS, "v1") != obj["sha256"]:
-            raise CheckpointError(f"{name} 的校验和不符：{'、'.join(LEGACY_COVERS)} 在保存之后被"
-                                  "改动或损坏")
-        what = ("只覆盖权重与优化器的旧格式校验和" if "sha256" in obj else "没有校验和")
+    if kind == CHECKSUM_SCHEME:
+        return
+    what = _OLDER[kind]
     if not trust_unverified:
         raise CheckpointError(
             f"{name} {what}：无法确认配置、词表与 meta（发布设置）没被改过，默认不读取。"
             "确认文件可信后"
             f"设环境变量 {TRUST_ENV}=1 再读（库里：trust_unverified=True），"
             "或用 gptcourse.checkpoint.upgrade(旧文件, 新文件) 重存为新格式")
-    weak = "配置、词表与 meta 的结构" if "sha256_covers" in obj else "配置、词表与 meta "
+    weak = "配置、词表与 meta 的结构" if kind == "v1" else "配置、词表与 meta "
     warnings.warn(f"{name} {what}：{weak}不在校验和之内，按你的许可照常读取；"
                   "可用 gptcourse.checkpoint.upgrade 重存为新格式", UnverifiedCheckpointWarning,
                   stacklevel=4)
@@ -529,3 +556,107 @@ def resume(path: str | Path, model: GPT, optimizer=None, tokenizer=None) -> int:
     if torch.cuda.is_available() and "cuda" in obj["rng"]:
         torch.cuda.set_rng_state_all(obj["rng"]["cuda"])
     return obj["step"]
+
+
+# ---------------------------------------------------------------- 训练记录
+@dataclass
+class History:
+    """训练记录：每步一行（step, loss, lr, grad_norm, tokens_per_s），每次评估一行。
+
+    ``info``：这次训练的设置，例如 {"bf16": False, "bf16_reason": "…", "compiled": False}。
+    ``tokens_per_s`` 是每 log_interval 步一段的平均（不含评估）。
+    """
+    steps: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
+    info: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "History":
+        """从 to_dict() 的结果（例如检查点 meta["history"]）还原，用于接着训练。"""
+        return cls(steps=[dict(r) for r in d.get("steps", [])],
+                   evals=[dict(r) for r in d.get("evals", [])], info=dict(d.get("info", {})))
+
+    @property
+    def best_val(self) -> float:
+        vals = [e["val"] for e in self.evals if "val" in e]
+        return min(vals) if vals else float("nan")
+
+
+# ---------------------------------------------------------------- 一次训练写出的文件
+class Checkpoints:
+    """一次训练写出的检查点（命令行 ``train`` 用它；笔记本也可以）::
+
+        ckpts = Checkpoints("ckpt/run.pt", model, tok, optimizer)
+        train(model, ..., history=ckpts.history, on_eval=ckpts.on_eval)
+        summary = ckpts.finish(tokens_per_step(cfg, model.config.block_size))
+
+    - 每次评估（:meth:`on_eval`）：``<名>.last.pt``（带优化器，可以接着训练）；验证损失创新低时
+      ``<名>.best.pt``（只含权重）；给了 ``snapshots`` 目录时再存一份 ``step_000250.pt``，meta 里
+      记下那一刻的训练墙钟 ``wall_s``（画学习曲线、量"多久训练到目标损失"用）。
+    - 训练结束（:meth:`finish`，正常结束、发散或中断都一样）：把**这次**训练写出的 best 另存为
+      发布文件 ``<名>.pt``，meta 里加上总结；这次一次 best 都没写出过就什么也不写。
+    ``meta`` 是每个文件都带的记录（语料、配置、命令……，同一个字典：之后往里加的也会存进去）。
+    只在 0 号进程上用（:func:`~gptcourse.train.train` 只在 0 号进程上调用 ``on_eval``）。
+    写文件是原子的（:func:`save`）。"""
+
+    def __init__(self, out, model: GPT, tok, optimizer: torch.optim.Optimizer | None = None,
+                 meta: dict | None = None, history: History | None = None, half: bool = False,
+                 snapshots=None):
+        self.out = Path(out)
+        self.best, self.last = self.out.with_suffix(".best.pt"), self.out.with_suffix(".last.pt")
+        self.model, self.tok, self.optimizer, self.half = model, tok, optimizer, half
+        self.meta = {} if meta is None else meta
+        self.history = History() if history is None else history
+        self.snapshots = None if snapshots is None else Path(snapshots)
+        self.best_step: int | None = None       # 这次训练的 best 在第几步（不是以前留下的）
+        self.best_state: dict | None = None     # 那一步的权重（CPU 上的副本）
+        self.t0 = time.perf_counter()           # 训练墙钟从这里算
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def on_eval(self, step: int, val: float | None, is_best: bool) -> None:
+        """``train`` 的 ``on_eval``：存 last，创新低时存 best，有快照目录时存快照。"""
+        meta = {**self.meta, "val_loss": val, "history": self.history.to_dict()}
+        if is_best:                             # 先记在内存里：发布的是这次训练自己的 best，
+            self.best_state = {k: v.detach().to("cpu", copy=True)       # 磁盘写不出也还在
+                               for k, v in self.model.state_dict().items()}
+            self.best_step = step
+        save(self.last, self.model, self.tok, optimizer=self.optimizer, step=step, meta=meta)
+        if is_best:
+            save(self.best, self.model, self.tok, step=step, meta=meta, half=self.half)
+        if self.snapshots is not None:          # 学习曲线：这一刻的权重，连同训练墙钟
+            try:
+                save(self.snapshots / f"step_{step:06d}.pt", self.model, self.tok, step=step,
+                     meta={"val_loss": val, "wall_s": round(self.elapsed(), 1),
+                           "command": self.meta.get("command")})
+            except CheckpointError as e:        # 快照是可选的：停掉快照，训练照常
+                warnings.warn(f"{e}；之后不再写快照，训练继续", stacklevel=2)
+                self.snapshots = None
+
+    def finish(self, tokens_per_step: int, diverged_at: int | None = None,
+               interrupted: bool = False) -> dict | None:
+        """训练结束 → 总结 {"steps", "tokens", "wall_s", "tokens_per_s", "best_val_loss"（发散时
+        还有 "diverged_at_step"，中断时 "interrupted"）}，并把验证损失最好的那一版写成发布文件
+        ``out``（只含权重，meta 里有总结与完整的 history）。``tokens_per_step``：一步训练看多少个
+        词元（:func:`gptcourse.train.tokens_per_step`）；``diverged_at``：在第几步发散（没有发散就是
+        None）。这次训练没写出过 best → None，什么也不写（不拿以前留下的 best 充数）。"""
+        if self.best_step is None:
+            return None
+        wall, history = self.elapsed(), self.history
+        steps = history.steps[-1]["step"] if history.steps else 0
+        tokens = steps * tokens_per_step
+        summary = {"steps": steps, "tokens": tokens, "wall_s": round(wall, 1),
+                   "tokens_per_s": round(tokens / wall), "best_val_loss": history.best_val}
+        if diverged_at is not None:
+            summary["diverged_at_step"] = diverged_at
+        if interrupted:
+            summary["interrupted"] = True
+        model_best = GPT(self.model.config)                 # 发布用的文件 = 这次训练验证损失
+        model_best.load_state_dict(self.best_state)         # 最好的那一版（内存里的，不重读磁盘）
+        save(self.out, model_best, self.tok, step=steps,
+             meta={**self.meta, **summary, "history": history.to_dict()}, half=self.half)
+        return summary

@@ -339,33 +339,42 @@ def _apply_rules(logits: torch.Tensor, live: list[Row], rules: _Rules) -> torch.
     return logits
 
 
-def _split(kw: dict) -> tuple[SamplingParams, VerseSpec]:
-    """generate 系列函数的关键字参数 → (SamplingParams, VerseSpec)；多余的名字 → TypeError。"""
+def _typed(params: SamplingParams | None, spec: VerseSpec | None,
+           kw: dict) -> tuple[SamplingParams, VerseSpec]:
+    """(采样参数, 格式)：命令行与发布设置传来的是已经建好、检查过的 ``params`` / ``spec``，原样用；
+    学习者写的扁平关键字参数（``temperature=0.8, form="五绝"``）在这里建成它们，各检查一次。
+    两样都给、或有不认识的名字 → TypeError。"""
     sampling = {k: kw.pop(k) for k in SamplingParams.names() if k in kw}
     verse = {k: kw.pop(k) for k in VerseSpec.names() if k in kw}
     if kw:
         raise TypeError(f"未知的参数：{', '.join(kw)}")
-    return SamplingParams(**sampling), VerseSpec(**verse)
+    for given, typed, what in ((sampling, params, "params"), (verse, spec, "spec")):
+        if given and typed is not None:
+            raise TypeError(f"给了 {what}= 就不要再单独给 {', '.join(given)}")
+    return (params if params is not None else SamplingParams(**sampling),
+            spec if spec is not None else VerseSpec(**verse))
 
 
 # ---------------------------------------------------------------- 公开接口
 def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = None,
                    seed: int | None = None, use_cache: bool = True,
                    relaxed: list[str] | None = None, compile: bool | None = False,
-                   precision: str = "fp32", **kw) -> list[str]:
+                   precision: str = "fp32", *, params: SamplingParams | None = None,
+                   spec: VerseSpec | None = None, **kw) -> list[str]:
     """一次生成一批提示（长度可以不同）→ 每行 提示 + 续写。第 i 行的种子是 ``seed + i``。
 
-    其余关键字参数：采样（``temperature``、``top_k``、``top_p``、``repetition_penalty``，见
-    :class:`~gptcourse.sampling.SamplingParams`）与格式（``form``、``acrostic``、``rhyme``、
-    ``rhyme_group``、``tones``，见 :class:`VerseSpec`）。``relaxed``：可选的列表，约束在哪里
-    放宽过（``RELAXED`` 里的句子）就追加在里面。``compile`` / ``precision``：用不用编译好的快速
-    一步、权重用 fp32 还是 bf16（默认：教学路径，fp32，与不带缓存完全一致；见
-    :mod:`gptcourse.fastdecode`）。"""
+    怎样选词是 ``params``（:class:`~gptcourse.sampling.SamplingParams`），写什么样的诗是
+    ``spec``（:class:`VerseSpec`）；也可以像 :func:`generate` 那样把它们的字段当关键字参数给
+    （``temperature``、``top_k``、``top_p``、``repetition_penalty``；``form``、``acrostic``、
+    ``rhyme``、``rhyme_group``、``tones``、``title``），但同一样不能两种方式都给。
+    ``relaxed``：可选的列表，约束在哪里放宽过（``RELAXED`` 里的句子）就追加在里面。
+    ``compile`` / ``precision``：用不用编译好的快速一步、权重用 fp32 还是 bf16（默认：教学路径，
+    fp32，与不带缓存完全一致；见 :mod:`gptcourse.fastdecode`）。"""
     if isinstance(prompts, str):
         raise TypeError("prompts 应是提示的列表，收到一个字符串；只写一首请用 generate()，"
                         f"或写成 [{prompts!r}]")
     prompts = list(prompts)
-    params, spec = _split(kw)
+    params, spec = _typed(params, spec, kw)
     new: list[list[int]] = [[] for _ in prompts]
     if prompts:                                 # 先整体检查，免得写完几批之后才报错
         _, seed = check_sizes(model, DEFAULT_MAX_NEW_TOKENS if max_new_tokens is None
@@ -386,13 +395,14 @@ def generate_batch(model, tok, prompts: list[str], max_new_tokens: int | None = 
 def stream_tokens(model, tok, prompt: str = "", max_new_tokens: int | None = None,
                   seed: int | None = None, use_cache: bool = True,
                   relaxed: list[str] | None = None, compile: bool | None = False,
-                  precision: str = "fp32", **kw) -> Iterator[str]:
+                  precision: str = "fp32", *, params: SamplingParams | None = None,
+                  spec: VerseSpec | None = None, **kw) -> Iterator[str]:
     """逐个产出新生成的文字片段（不含提示与最后的结束符）。拼起来 == generate() 的续写部分。
-    ``relaxed`` 同 :func:`generate_batch`（写完时填好）。
+    ``params`` / ``spec`` / ``relaxed`` 同 :func:`generate_batch`（``relaxed`` 写完时填好）。
 
     字节级 BPE 的一个词元可能只是一个汉字的前一两个字节：这时先攒着，等字节凑齐了再一起产出。
     """
-    params, spec = _split(kw)
+    params, spec = _typed(params, spec, kw)
     pending: list[int] = []                                       # 还没凑成完整文字的词元
     for (t,) in _decode(model, tok, [prompt], params, spec, max_new_tokens, seed, use_cache,
                         relaxed, compile, precision):
@@ -422,13 +432,15 @@ def generate(model, tok, prompt: str = "", max_new_tokens: int | None = None,
     同 :func:`generate_batch`（默认走教学路径）。
 
     采样参数与格式参数的名字和默认值就是 ``SamplingParams`` 与 ``VerseSpec`` 的字段
-    （``tests/test_generate.py`` 用 ``inspect.signature`` 检查两边一致）。
+    （``tests/test_generate.py`` 用 ``inspect.signature`` 检查两边一致）：这里把它们建成这两个
+    对象（各检查一次），之后原样交给 :func:`generate_batch`。
     """
-    kw = dict(max_new_tokens=max_new_tokens, seed=seed, use_cache=use_cache,
-              temperature=temperature, top_k=top_k, top_p=top_p,
-              repetition_penalty=repetition_penalty, form=form, acrostic=acrostic, rhyme=rhyme,
-              rhyme_group=rhyme_group, tones=tones, title=title, compile=compile,
-              precision=precision)
+    params = SamplingParams(temperature=temperature, top_k=top_k, top_p=top_p,
+                            repetition_penalty=repetition_penalty)
+    spec = VerseSpec(form=form, acrostic=acrostic, rhyme=rhyme, rhyme_group=rhyme_group,
+                     tones=tones, title=title)
+    kw = dict(max_new_tokens=max_new_tokens, seed=seed, use_cache=use_cache, compile=compile,
+              precision=precision, params=params, spec=spec)
     if stream is None:
         return generate_batch(model, tok, [prompt], **kw)[0]
     pieces = []
@@ -443,7 +455,7 @@ def sample_poems(model, tok, n: int, seed: int = 0, prompt: str = "", batch_size
     """从 ``prompt``（默认空提示）采样 n 首诗，第 i 首用种子 seed + i（与逐首 ``generate`` 相同，
     只是成批更快），每首截到第一个换行为止，只留正文：模型自己拟的开头《题》去掉
     （以题作诗的模型从空提示出发时，约一半的诗先写题目）。
-    其余关键字参数同 :func:`generate_batch`。"""
+    其余关键字参数同 :func:`generate_batch`（``params=`` / ``spec=`` 或它们的字段）。"""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UserError(f"n 必须是 ≥ 1 的整数，收到 {n!r}")
     if n > MAX_POEMS:
@@ -480,7 +492,8 @@ STAGES = ("model", "rules", "temperature", "top_k", "top_p")   # next_token_stag
 
 
 @torch.no_grad()
-def next_token_stages(model, tok, prompt: str = "", **kw) -> dict[str, torch.Tensor]:
+def next_token_stages(model, tok, prompt: str = "", *, params: SamplingParams | None = None,
+                      spec: VerseSpec | None = None, **kw) -> dict[str, torch.Tensor]:
     """解码循环写第一个字时的 logits，一个阶段一个 [V]（课堂演示用：看每个过滤器做了什么）。
 
     被过滤掉的词元是 −∞；``.softmax(-1)`` 就是那一阶段的分布，``.isfinite().sum()`` 是留下的
@@ -489,9 +502,9 @@ def next_token_stages(model, tok, prompt: str = "", **kw) -> dict[str, torch.Ten
     ``_choose`` 的同一步，见 ``_apply_rules``）；然后用 :mod:`gptcourse.sampling` 的函数依次
     加上 ``temperature``、``top_k``、``top_p``——最后一个的 softmax 就是真正抽样用的分布。
     温度 0（贪心）时从 ``temperature`` 起只留下 argmax 那一个。参数或提示不对 → UserError
-    （与 generate 相同）。
+    （与 generate 相同）。也可以给建好的 ``params=`` / ``spec=``（同 :func:`generate_batch`）。
     """
-    params, spec = _split(kw)
+    params, spec = _typed(params, spec, kw)
     device = next(model.parameters()).device
     bs = model.config.block_size
     ids = _context_ids(tok, prompt, spec, bs)

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -129,9 +130,37 @@ def validate_settings(given: dict) -> dict:
     if unknown:
         raise UserError(f"发布设置里有未知的键：{', '.join(map(str, unknown))}")
     merged = {**FALLBACK, **given}
-    SamplingParams.from_dict(merged)
-    VerseSpec(rhyme=merged["rhyme"], tones=merged["tones"])
-    return merged
+    spec = VerseSpec(rhyme=merged["rhyme"], tones=merged["tones"])
+    return {**SamplingParams.from_dict(merged).to_dict(), "rhyme": spec.rhyme, "tones": spec.tones}
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """一次请求的解码设置，已经检查过：怎样选词 ``params``、写什么样的诗 ``spec``，以及发布设置里
+    这次没用上的约束（``relaxed``，一句话一条）。命令行把它原样交给解码循环
+    （``generate_batch(..., params=d.params, spec=d.spec)``），不再拆成关键字参数。"""
+    params: SamplingParams
+    spec: VerseSpec
+    relaxed: tuple[str, ...] = ()
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Decoding":
+        """:func:`for_request` 那样的字典（generate 的关键字参数，可以带 ``relaxed``）→ Decoding；
+        参数在这里检查（SamplingParams 与 VerseSpec 各一次）。"""
+        return cls(SamplingParams.from_dict(d), _spec(d), tuple(d.get("relaxed", ())))
+
+    def to_dict(self) -> dict:
+        """扁平的字典：采样参数 + 押韵/平仄（与 :func:`settings` 的键相同），再加给了的诗体、
+        藏头、韵部与题目。"""
+        verse = {k: v for k, v in vars(self.spec).items()
+                 if k in ("rhyme", "tones") or v is not None}
+        return {**self.params.to_dict(), **verse}
+
+
+def decoding(meta: dict | None, given: dict, max_new_tokens: int | None = None,
+             tok=None, prompt: str = "") -> Decoding:
+    """同 :func:`for_request`，但返回建好、检查过的 :class:`Decoding`（命令行用它）。"""
+    return Decoding.from_dict(for_request(meta, given, max_new_tokens, tok, prompt))
 
 
 def for_request(meta: dict | None, given: dict, max_new_tokens: int | None = None,
@@ -141,7 +170,8 @@ def for_request(meta: dict | None, given: dict, max_new_tokens: int | None = Non
     发布设置里的押韵/平仄是为"写一首完整的诗"定的：用户限定了 ``max_new_tokens``（只想续写
     几个字）而自己没要求押韵/平仄、也没选诗体或藏头时，它们不生效——否则只写 16 个字的请求会
     因为"不够写完一首押韵的诗"而失败。给了 ``tok`` 时再按 :func:`fit_prompt` 看这个开头。
-    用户明确要求的约束照常检查。"""
+    用户明确要求的约束照常检查。返回扁平的字典（笔记本里看得清楚，``**`` 展开就是
+    ``generate`` 的参数）；要建好的对象用 :func:`decoding`。"""
     given = {k: v for k, v in given.items() if v is not None}
     decoding = whole_poem_only(settings(meta), given, max_new_tokens)
     return decoding if tok is None else fit_prompt(tok, prompt, decoding, given)

@@ -13,8 +13,9 @@
 同时检查有没有 NaN/inf（发散时抛出 :class:`TrainingDiverged`）；``compile=True`` 用
 ``torch.compile``，第一步编译失败就退回普通模式并说明原因。实测见 docs/benchmarks.md。
 
-一次训练写出的检查点与最后的总结（:class:`Checkpoints`，命令行 ``python -m gptcourse train``
-用它）也在这里。
+训练记录 :class:`~gptcourse.checkpoint.History`（``train`` 返回它，检查点的 meta 里也存着它）
+与一次训练写出的检查点（:class:`~gptcourse.checkpoint.Checkpoints`）在 :mod:`gptcourse.checkpoint`：
+它们是写进文件的东西；``gc.train.History`` 也能用。
 """
 from __future__ import annotations
 
@@ -23,15 +24,13 @@ import math
 import shutil
 import sys
 import time
-import warnings
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 
 import torch
 from tqdm.auto import tqdm
 
-from . import checkpoint
 from . import distributed as dist_utils
+from .checkpoint import History  # 训练记录（gc.train.History 也能用）
 from .data import get_batch
 from .errors import UserError
 from .model import GPT, eval_mode
@@ -208,32 +207,6 @@ def estimate_loss(model: torch.nn.Module, splits: dict[str, torch.Tensor], batch
                       for _ in range(n_batches)]
             out[name] = sum(losses) / len(losses)
     return out
-
-
-@dataclass
-class History:
-    """训练记录：每步一行（step, loss, lr, grad_norm, tokens_per_s），每次评估一行。
-
-    ``info``：这次训练的设置，例如 {"bf16": False, "bf16_reason": "…", "compiled": False}。
-    ``tokens_per_s`` 是每 log_interval 步一段的平均（不含评估）。
-    """
-    steps: list[dict] = field(default_factory=list)
-    evals: list[dict] = field(default_factory=list)
-    info: dict = field(default_factory=dict)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "History":
-        """从 to_dict() 的结果（例如检查点 meta["history"]）还原，用于接着训练。"""
-        return cls(steps=[dict(r) for r in d.get("steps", [])],
-                   evals=[dict(r) for r in d.get("evals", [])], info=dict(d.get("info", {})))
-
-    @property
-    def best_val(self) -> float:
-        vals = [e["val"] for e in self.evals if "val" in e]
-        return min(vals) if vals else float("nan")
 
 
 def maybe_compile(module: torch.nn.Module, enabled: bool) -> tuple[torch.nn.Module, str]:
@@ -503,82 +476,3 @@ def _add_heads(optimizer, objectives, weight_decay: float) -> None:
         group["params"] = [p for p in group["params"] if id(p) not in known]
         if group["params"]:
             optimizer.add_param_group(group)
-
-
-# ---------------------------------------------------------------- 一次训练写出的文件
-class Checkpoints:
-    """一次训练写出的检查点（命令行 ``train`` 用它；笔记本也可以）::
-
-        ckpts = Checkpoints("ckpt/run.pt", model, tok, optimizer)
-        train(model, ..., history=ckpts.history, on_eval=ckpts.on_eval)
-        summary = ckpts.finish(cfg)
-
-    - 每次评估（:meth:`on_eval`）：``<名>.last.pt``（带优化器，可以接着训练）；验证损失创新低时
-      ``<名>.best.pt``（只含权重）；给了 ``snapshots`` 目录时再存一份 ``step_000250.pt``，meta 里
-      记下那一刻的训练墙钟 ``wall_s``（画学习曲线、量"多久训练到目标损失"用）。
-    - 训练结束（:meth:`finish`，正常结束、发散或中断都一样）：把**这次**训练写出的 best 另存为
-      发布文件 ``<名>.pt``，meta 里加上总结；这次一次 best 都没写出过就什么也不写。
-    ``meta`` 是每个文件都带的记录（语料、配置、命令……，同一个字典：之后往里加的也会存进去）。
-    只在 0 号进程上用（:func:`train` 只在 0 号进程上调用 ``on_eval``）。写文件是原子的
-    （:func:`gptcourse.checkpoint.save`）。"""
-
-    def __init__(self, out, model: GPT, tok, optimizer: torch.optim.Optimizer | None = None,
-                 meta: dict | None = None, history: History | None = None, half: bool = False,
-                 snapshots=None):
-        self.out = Path(out)
-        self.best, self.last = self.out.with_suffix(".best.pt"), self.out.with_suffix(".last.pt")
-        self.model, self.tok, self.optimizer, self.half = model, tok, optimizer, half
-        self.meta = {} if meta is None else meta
-        self.history = History() if history is None else history
-        self.snapshots = None if snapshots is None else Path(snapshots)
-        self.best_step: int | None = None       # 这次训练的 best 在第几步（不是以前留下的）
-        self.best_state: dict | None = None     # 那一步的权重（CPU 上的副本）
-        self.t0 = time.perf_counter()           # 训练墙钟从这里算
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.t0
-
-    def on_eval(self, step: int, val: float | None, is_best: bool) -> None:
-        """:func:`train` 的 ``on_eval``：存 last，创新低时存 best，有快照目录时存快照。"""
-        meta = {**self.meta, "val_loss": val, "history": self.history.to_dict()}
-        if is_best:                             # 先记在内存里：发布的是这次训练自己的 best，
-            self.best_state = {k: v.detach().to("cpu", copy=True)       # 磁盘写不出也还在
-                               for k, v in self.model.state_dict().items()}
-            self.best_step = step
-        checkpoint.save(self.last, self.model, self.tok, optimizer=self.optimizer, step=step,
-                        meta=meta)
-        if is_best:
-            checkpoint.save(self.best, self.model, self.tok, step=step, meta=meta, half=self.half)
-        if self.snapshots is not None:          # 学习曲线：这一刻的权重，连同训练墙钟
-            try:
-                checkpoint.save(self.snapshots / f"step_{step:06d}.pt", self.model, self.tok,
-                                step=step, meta={"val_loss": val,
-                                                 "wall_s": round(self.elapsed(), 1),
-                                                 "command": self.meta.get("command")})
-            except checkpoint.CheckpointError as e:   # 快照是可选的：停掉快照，训练照常
-                warnings.warn(f"{e}；之后不再写快照，训练继续", stacklevel=2)
-                self.snapshots = None
-
-    def finish(self, cfg: TrainConfig, diverged: TrainingDiverged | None = None,
-               interrupted: bool = False) -> dict | None:
-        """训练结束 → 总结 {"steps", "tokens", "wall_s", "tokens_per_s", "best_val_loss"（发散时
-        还有 "diverged_at_step"，中断时 "interrupted"）}，并把验证损失最好的那一版写成发布文件
-        ``out``（只含权重，meta 里有总结与完整的 history）。这次训练没写出过 best → None，
-        什么也不写（不拿以前留下的 best 充数）。"""
-        if self.best_step is None:
-            return None
-        wall, history = self.elapsed(), self.history
-        steps = history.steps[-1]["step"] if history.steps else 0
-        tokens = steps * tokens_per_step(cfg, self.model.config.block_size)
-        summary = {"steps": steps, "tokens": tokens, "wall_s": round(wall, 1),
-                   "tokens_per_s": round(tokens / wall), "best_val_loss": history.best_val}
-        if diverged is not None:
-            summary["diverged_at_step"] = diverged.step
-        if interrupted:
-            summary["interrupted"] = True
-        model_best = GPT(self.model.config)                 # 发布用的文件 = 这次训练验证损失
-        model_best.load_state_dict(self.best_state)         # 最好的那一版（内存里的，不重读磁盘）
-        checkpoint.save(self.out, model_best, self.tok, step=steps,
-                        meta={**self.meta, **summary, "history": history.to_dict()},
-                        half=self.half)
-        return summary

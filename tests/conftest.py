@@ -17,6 +17,44 @@ def tiny_corpus_text() -> str:
     return "\n".join(TINY_POEMS) + "\n"
 
 
+@pytest.fixture
+def small_tok(tiny_corpus_text):
+    """那三首诗的字（加上《》，题目用）的分词器：61 个词元。"""
+    from gptcourse.tokenizer import CharTokenizer
+
+    return CharTokenizer.from_text(tiny_corpus_text + "《》")
+
+
+@pytest.fixture
+def small_gpt(small_tok):
+    """``small_gpt(seed=0, **配置)``：词表是 ``small_tok`` 的极小 GPT（1 层、16 维、窗口 16），
+    eval 模式；坏输入的测试用它，不训练。"""
+    import torch
+
+    from gptcourse.config import preset
+    from gptcourse.model import GPT
+
+    def make(seed: int = 0, **kw):
+        torch.manual_seed(seed)
+        return GPT(preset("mini", vocab_size=small_tok.vocab_size, block_size=16, n_layer=1,
+                          n_head=2, n_embd=16, **kw)).eval()
+
+    return make
+
+
+@pytest.fixture
+def small_model(small_gpt):
+    return small_gpt()
+
+
+@pytest.fixture
+def small_saved(tmp_path, small_model, small_tok):
+    """``small_model`` 存成的检查点 ``small.pt``（第 3 步）。"""
+    from gptcourse import checkpoint
+
+    return checkpoint.save(tmp_path / "small.pt", small_model, small_tok, step=3)
+
+
 @pytest.fixture(autouse=True)
 def _close_figures():
     """每个测试结束后关闭所有图，避免内存累积与跨测试的状态泄漏。"""

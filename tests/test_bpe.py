@@ -7,7 +7,7 @@ import pytest
 
 import gptcourse.bpe as bpe_mod
 from gptcourse import DATA_DIR
-from gptcourse.bpe import BPETokenizer, get_stats, merge, split_chunks
+from gptcourse.bpe import BPETokenizer, encode_bytes, get_stats, merge, split_chunks
 
 HARD_STRINGS = [
     "",
@@ -149,3 +149,24 @@ def test_checkpoint_restores_bpe():
     assert not hasattr(gc.tokenizer, "BPETokenizer")        # 一个名字一个家：gc.bpe.BPETokenizer
     restored = gc.checkpoint.tokenizer_from_dict(BPETokenizer.train("aaabdaaabac", 259).to_dict())
     assert restored.encode("aaab") == [258]
+
+
+# ---------------------------------------------------------------- 编码：快，且与朴素写法相同
+def _naive_encode(ids, merges):
+    while len(ids) >= 2:
+        pair = min(zip(ids, ids[1:]), key=lambda p: merges.get(p, float("inf")))
+        if pair not in merges:
+            return ids
+        ids = merge(ids, pair, merges[pair])
+    return ids
+
+
+def test_heap_encoder_equals_the_naive_loop():
+    text = (DATA_DIR / "tang_5jue.val.txt").read_text(encoding="utf-8")[:40_000]
+    tok = BPETokenizer.train(text, vocab_size=600)
+    long_run = "".join(c for c in text if c not in "，。\n")[:300]       # 没有标点：一整块
+    samples = [text[i:i + n] for i, n in zip(range(0, 20_000, 997), range(1, 80, 4))]
+    for s in samples + [long_run, "aaaa" * 10, "🙂" * 7, ""]:
+        b = list(s.encode("utf-8"))
+        assert encode_bytes(b, tok.merges) == _naive_encode(b, tok.merges), s
+    assert tok.decode(tok.encode(long_run)) == long_run

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
 import re
 from dataclasses import replace
@@ -253,3 +254,36 @@ def test_the_first_letter_survives_a_kernel_restart_in_jupyterlab(monkeypatch, t
     assert "评分仍按第一次作答的 B" in capsys.readouterr().out
     saved = json.loads((tmp_path / _common.COMMIT_FILE).read_text(encoding="utf-8"))
     assert saved == {"2024001_张三.ipynb": {"nb01.guess_leak": "B"}}
+
+
+# ---------------------------------------------------------------- 严格模式与学员函数里的 sys.exit
+@pytest.mark.parametrize("value, on", [("false", False), ("no", False), (" 0 ", False),
+                                       ("OFF", False), ("", False), ("1", True),
+                                       ("autograde", True), ("yes", True)])
+def test_strict_mode_reads_off_words_as_off(monkeypatch, value, on):
+    from gptcourse.check import _common
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+    monkeypatch.setenv("GPTCOURSE_STRICT", value)
+    assert _common.strict() is on
+    monkeypatch.delenv("GPTCOURSE_STRICT")
+    monkeypatch.setenv("NBGRADER_EXECUTION", value)
+    assert _common.strict() is on
+
+
+def test_sys_exit_in_a_student_function_is_a_hint_not_an_escape(monkeypatch, capsys):
+    """学员的函数里 sys.exit()：检查器照样记下“还不对”（严格模式下是 AssertionError），
+    SystemExit 不会逃出检查单元格。"""
+    import sys as _sys
+
+    from gptcourse.check import _common, nb01
+    monkeypatch.delenv("GPTCOURSE_STRICT", raising=False)
+    monkeypatch.delenv("NBGRADER_EXECUTION", raising=False)
+
+    def count_pairs(ids):
+        _sys.exit(3)
+    assert nb01.count_pairs(count_pairs) is False
+    assert _common.RESULTS["nb01.count_pairs"]["passed"] is False
+    assert "SystemExit" in capsys.readouterr().out
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    with pytest.raises(AssertionError):
+        nb01.count_pairs(count_pairs)

@@ -2,11 +2,19 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 
 import pytest
 import torch
 
-from gptcourse import checkpoint, cli
+import gptcourse.cli.train as cli_train
+from gptcourse import checkpoint, cli, files, runtime
+from gptcourse.config import preset
+from gptcourse.data import Corpus
+from gptcourse.errors import UserError
+from gptcourse.model import GPT
+from gptcourse.tokenizer import CharTokenizer
 
 TINY = ["--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "4", "--block-size", "32",
         "--warmup", "1", "--no-bf16", "--no-progress"]
@@ -164,10 +172,7 @@ def test_a_full_snapshot_folder_stops_the_snapshots_not_the_run(tmp_path, capsys
 
 def test_the_published_file_is_this_runs_best_not_whatever_is_on_disk(tmp_path):
     """R5（F11）：另一次训练在这期间改写了 <out>.best.pt——发布的仍是这次训练自己的 best。"""
-    from gptcourse.config import preset
-    from gptcourse.model import GPT
-    from gptcourse.tokenizer import CharTokenizer
-    from gptcourse.train import Checkpoints, TrainConfig
+    from gptcourse.checkpoint import Checkpoints
     tok = CharTokenizer.from_text("春风明月\n")
     torch.manual_seed(0)
     mine = GPT(preset("mini", vocab_size=tok.vocab_size, block_size=8))
@@ -175,7 +180,7 @@ def test_the_published_file_is_this_runs_best_not_whatever_is_on_disk(tmp_path):
     ckpts = Checkpoints(tmp_path / "m.pt", mine, tok)
     ckpts.on_eval(1, 1.9, True)
     checkpoint.save(tmp_path / "m.best.pt", other, tok, step=9)          # 别人写的
-    ckpts.finish(TrainConfig(max_steps=1, batch_size=1))
+    ckpts.finish(tokens_per_step=8)
     model, _, _ = checkpoint.load(tmp_path / "m.pt")
     assert model.config.block_size == 8
     torch.testing.assert_close(model.state_dict(), mine.state_dict())
@@ -223,3 +228,205 @@ def test_the_probe_records_the_leading_indicator_beside_free_rhyme(tmp_path):
     for p in probes:
         assert 0 < p["group_mass"] < 1 and 0 < p["group_chance"] < 1
         assert 0 <= p["rhyme_rate"] <= 1
+
+
+# ---------------------------------------------------------------- 坏输入与 Ctrl+C
+# 尺寸、种子、--init 在训练之前检查；中断或发散时发布文件不拿旧的 best 充数。
+TRAIN = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
+         "--no-progress", "--no-bf16", "--eval-batches", "2"]
+TRAIN_ONE = [*TRAIN, "--steps", "1"]
+
+
+@pytest.mark.parametrize("case, flag, value, message", [
+    ("P9", "--batch-size", str(10**9), "batch_size 最多 65536，收到 1000000000"),
+    ("P10", "--grad-accum", str(10**9), "grad_accum 最多 4096，收到 1000000000"),
+])
+def test_train_sizes_are_bounded(tmp_path, case, flag, value, message, one_line_error):
+    one_line_error([*TRAIN, "--steps", "1", "--out", str(tmp_path / "x.pt"), flag, value],
+                   message)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("case, seed", [("P1", "-1"), ("P2", str(2**40))])
+def test_train_seed_is_validated(tmp_path, case, seed, one_line_error):
+    one_line_error([*TRAIN, "--steps", "1", "--seed", seed,
+                    "--out", str(tmp_path / "x.pt")],
+                   f"seed 必须是 [0, 2**32) 之内的整数（NumPy 的种子范围），收到 {seed}")
+    with pytest.raises(UserError, match="seed 必须是"):
+        runtime.set_seed(int(seed))
+
+
+def interrupt_after(monkeypatch, evals: int):
+    """让 cli.train 里的训练在第 evals 次评估之后收到 Ctrl+C（KeyboardInterrupt）；
+    evals=0：训练开始之前。"""
+    real = cli_train.train
+
+    def fake(*a, **kw):
+        if evals == 0:
+            raise KeyboardInterrupt
+        seen = []
+
+        def ctrl_c(step, model_, history):
+            seen.append(step)
+            if len(seen) == evals:
+                raise KeyboardInterrupt
+        kw["callbacks"] = [*kw.get("callbacks", []), ctrl_c]
+        return real(*a, **kw)
+    monkeypatch.setattr(cli_train, "train", fake)
+
+
+def test_ctrl_c_during_train_writes_the_best_so_far_and_says_one_line(capsys, tmp_path,
+                                                                      monkeypatch):
+    interrupt_after(monkeypatch, 1)
+    out = tmp_path / "ft.pt"
+    assert cli.main([*TRAIN, "--steps", "40", "--eval-interval", "2", "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"已中断（Ctrl+C）。已把中断之前验证损失最好的检查点写到 {out}（第 2 步）："), err
+    _, _, meta = checkpoint.load(out)
+    assert meta["interrupted"] is True and meta["history"]["evals"][-1]["step"] == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ft.best.pt", "ft.last.pt", "ft.pt"]
+
+
+def test_ctrl_c_before_the_first_evaluation_writes_nothing(capsys, tmp_path, monkeypatch):
+    interrupt_after(monkeypatch, 0)
+    out = tmp_path / "ft.pt"
+    assert cli.main([*TRAIN, "--steps", "4", "--out", str(out)]) == 130
+    err = capsys.readouterr().err
+    assert err == f"已中断（Ctrl+C）。还没有评估过一次，所以没有写出检查点 {out}\n"
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("case, init_name", [("I12", "run.best.pt"), ("I13", "run.pt"),
+                                             ("I12b", "run.last.pt")])
+def test_init_that_train_would_overwrite_is_refused(tmp_path, small_model, small_tok, case,
+                                                    init_name, one_line_error, file_sha):
+    init = checkpoint.save(tmp_path / init_name, small_model, small_tok)
+    before = file_sha(init)
+    one_line_error([*TRAIN, "--steps", "2", "--init", str(init),
+                    "--out", str(tmp_path / "run.pt")],
+                   f"--init {init} 正是这次训练要写的 {init_name}：训练会覆盖它的起点。"
+                   "请换一个 --out")
+    assert file_sha(init) == before and sorted(p.name for p in tmp_path.iterdir()) == [init_name]
+
+
+def test_init_reached_through_a_link_is_refused(tmp_path, small_model, small_tok, one_line_error):
+    init = checkpoint.save(tmp_path / "run.best.pt", small_model, small_tok)
+    (tmp_path / "other.pt").symlink_to(init)
+    one_line_error([*TRAIN, "--steps", "2", "--init", str(tmp_path / "other.pt"),
+                    "--out", str(tmp_path / "run.pt")], "正是这次训练要写的 run.best.pt")
+
+
+def test_divergence_before_the_first_evaluation_never_ships_a_stale_best(capsys, tmp_path,
+                                                                         small_model, small_tok,
+                                                                         file_sha):
+    """以前的训练留下了 m.pt 与 m.best.pt；这一次在第一次评估之前就发散：两者都不动，说真话。"""
+    out, best = tmp_path / "m.pt", tmp_path / "m.best.pt"
+    checkpoint.save(out, small_model, small_tok, step=1, meta={"run": "A"})
+    checkpoint.save(best, small_model, small_tok, step=1, meta={"run": "A"})
+    before = file_sha(out), file_sha(best)
+    rc = cli.main([*TRAIN, "--steps", "3", "--eval-interval", "3", "--lr", "1e30", "--warmup", "0",
+                   "--out", str(out)])
+    assert rc == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("错误：训练在第 ") and err[0].endswith(
+        f"在那之前没有一次有限的验证损失，所以没有写出检查点 {out}"
+        "（m.best.pt 是以前的训练留下的，没有动它）"), err
+    assert (file_sha(out), file_sha(best)) == before
+
+
+@pytest.mark.parametrize("value", ["1000000000", "-1"])
+def test_train_probe_poems_is_bounded(tmp_path, value, one_line_error):
+    one_line_error([*TRAIN, "--steps", "1", "--probe-poems", value,
+                    "--out", str(tmp_path / "m.pt")],
+                   f"--probe-poems 必须在 [0, {cli_train.MAX_PROBE_POEMS}] 之内，收到 {value}")
+    assert not list(tmp_path.iterdir())
+
+
+def test_init_reached_through_a_hard_link_or_dotdot_is_refused(tmp_path, small_model, small_tok,
+                                                               one_line_error):
+    init = checkpoint.save(tmp_path / "run.best.pt", small_model, small_tok)
+    os.link(init, tmp_path / "copy.pt")
+    (tmp_path / "sub").mkdir()
+    for given in (tmp_path / "copy.pt", tmp_path / "sub" / ".." / "run.best.pt"):
+        one_line_error([*TRAIN, "--steps", "2", "--init", str(given),
+                        "--out", str(tmp_path / "run.pt")],
+                       "正是这次训练要写的 run.best.pt：训练会覆盖它的起点")
+
+
+def test_ctrl_c_before_the_first_evaluation_never_ships_a_stale_best(capsys, tmp_path, small_model,
+                                                                     small_tok, monkeypatch,
+                                                                     tiny_corpus_text, file_sha):
+    out, best = tmp_path / "m.pt", tmp_path / "m.best.pt"
+    checkpoint.save(out, small_model, small_tok, step=1, meta={"run": "A"})
+    checkpoint.save(best, small_model, small_tok, step=1, meta={"run": "A"})
+    before = file_sha(out), file_sha(best)
+
+    def ctrl_c(*a, **kw):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(cli_train, "train", ctrl_c)
+    small = Corpus("tang_5jue", "三首", tiny_corpus_text, tiny_corpus_text, tiny_corpus_text)
+    monkeypatch.setattr(cli_train, "open_corpus", lambda *a: small)   # 不读整份语料
+    assert cli.main([*TRAIN, "--steps", "4", "--out", str(out)]) == 130
+    assert capsys.readouterr().err == (f"已中断（Ctrl+C）。还没有评估过一次，所以没有写出检查点 "
+                                       f"{out}（m.best.pt 是以前的训练留下的，没有动它）\n")
+    assert (file_sha(out), file_sha(best)) == before
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--block-size", "0"], "block_size 必须在 [1, 8192] 之内，收到 0"),
+    (["--block-size", "10000000"], "block_size 必须在 [1, 8192] 之内"),
+    (["--lr", "inf"], "lr > 0 的有限数"),
+    (["--lr", "nan"], "lr > 0 的有限数"),
+])
+def test_train_rejects_bad_sizes_and_rates(one_line_error, capsys, tmp_path, flags, message):
+    one_line_error([*TRAIN_ONE, "--out", str(tmp_path / "x.pt"), *flags], message)
+    assert not list(tmp_path.iterdir())
+
+
+def test_train_checks_out_before_training(one_line_error, capsys, tmp_path, monkeypatch):
+    import gptcourse.cli.train as tc
+
+    monkeypatch.setattr(tc, "open_corpus", lambda *a: pytest.fail("不该开始训练"))
+    one_line_error([*TRAIN_ONE, "--out", str(tmp_path)], "是一个目录")
+    (tmp_path / "file").write_text("x")
+    one_line_error([*TRAIN_ONE, "--out", str(tmp_path / "file" / "x.pt")], "它是一个文件")
+    one_line_error([*TRAIN_ONE, "--out", ""], "没有文件名")
+
+
+def test_train_checks_that_out_is_writable(one_line_error, capsys, tmp_path, monkeypatch):
+    def refuse(*a, **k):                                      # 只读目录（root 也写不了的那种）
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(files.tempfile, "TemporaryFile", refuse)
+    assert cli.main([*TRAIN_ONE, "--out", str(tmp_path / "x.pt")]) == 1   # 机器的问题：退出码 1
+    err = capsys.readouterr().err
+    assert err == f"错误：写不出 {tmp_path / 'x.pt'}：没有写权限\n", err
+
+
+def test_given_block_size_is_used_not_the_preset(capsys, tmp_path):
+    out = tmp_path / "b.pt"
+    assert cli.main([*TRAIN_ONE, "--block-size", "8", "--eval-interval", "1",
+                     "--out", str(out)]) == 0
+    assert checkpoint.load(out)[0].config.block_size == 8              # 给了就用，不退回预设
+    assert json.loads(capsys.readouterr().out.split("训练完成：")[1])["tokens"] == 2 * 8
+
+
+def test_cli_training_with_bf16_forced_on_and_off(tmp_path, capsys):
+    """同一个命令，--bf16 与 --no-bf16 都能训练，两者的验证损失只差舍入误差。"""
+    import json
+
+    from gptcourse import cli
+
+    losses = {}
+    for flag in ("--bf16", "--no-bf16"):
+        out = tmp_path / f"{flag.strip('-')}.pt"
+        argv = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
+                "--block-size", "16", "--steps", "2", "--eval-interval", "2", "--warmup", "1",
+                "--no-progress", flag, "--out", str(out)]
+        assert cli.main(argv) == 0
+        printed = capsys.readouterr().out
+        assert ("bf16=开" if flag == "--bf16" else "bf16=关") in printed
+        losses[flag] = json.loads(printed.split("训练完成：", 1)[1])["best_val_loss"]
+    assert all(math.isfinite(v) for v in losses.values())
+    assert losses["--bf16"] == pytest.approx(losses["--no-bf16"], abs=0.05)

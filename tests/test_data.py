@@ -9,7 +9,7 @@ import torch
 
 import gptcourse as gc
 from gptcourse import DATA_DIR
-from gptcourse.data import WindowDataset, get_batch, load_corpus, split_of
+from gptcourse.data import WindowDataset, get_batch, load_corpus, poem_starts, split_of
 from gptcourse.runtime import ROOT
 
 
@@ -140,6 +140,20 @@ def test_window_dataset_counts_and_shift():
         ds10[10]
     with pytest.raises(ValueError, match="stride"):
         WindowDataset(data, 10, stride=0)
+
+
+def test_poem_starts_boundary():
+    """起点 s 要切出长 T 的输入和目标（到 s+T 为止），所以 s ≤ len − T − 1。
+
+    [1, 0, 0, 1]，T = 2：位置 1 的换行可以（x = [0, 0], y = [0, 1]）；位置 2 的不行（y 不够长）。
+    把 ``<`` 改成 ``<=`` 会收下位置 2。
+    """
+    ids = torch.tensor([1, 0, 0, 1])
+    starts = poem_starts(ids, eos_id=0, block_size=2)
+    assert starts.tolist() == [1]
+    x, y = get_batch(ids, 3, 2, starts=starts, generator=torch.Generator().manual_seed(0))
+    assert x.tolist() == [[0, 0]] * 3 and y.tolist() == [[0, 1]] * 3
+    assert poem_starts(torch.tensor([0, 1, 0]), 0, 2).tolist() == [0]   # 末尾的换行不能当起点
 
 
 # ---------------------------------------------------------------- 你自己的文本（issue 53）

@@ -20,6 +20,7 @@ from gptcourse.acceptance import (
     repetition_rate,
     train_lines,
 )
+from gptcourse.config import preset
 from gptcourse.evaluate import (
     NGramCounts,
     baselines,
@@ -31,7 +32,9 @@ from gptcourse.evaluate import (
     uniform_baseline,
     window_plan,
 )
+from gptcourse.model import GPT
 from gptcourse.release import constraint_cost
+from gptcourse.tokenizer import CharTokenizer
 from gptcourse.verse import is_valid_form, poem_form, split_lines
 
 WUJUE = "白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"
@@ -373,3 +376,39 @@ def test_verse_rates_match_verse_and_carry_intervals():
         lo, hi = got[f"{k}_ci"]
         assert lo <= got[k] <= hi
     assert got["form_ci"][1] - got["form_ci"][0] > 0.05                    # 160 首：区间不是一个点
+
+
+# ---------------------------------------------------------------- batch_size 与精度
+# split_loss 的 batch_size 与两条精度路径。
+@pytest.mark.parametrize("bad", [0, -1, 1.5, True, None])
+def test_split_loss_rejects_bad_batch_sizes(small_model, small_tok, bad):
+    model, tok = small_model, small_tok
+    with pytest.raises(ValueError, match="batch_size 必须是 ≥ 1 的整数"):
+        split_loss(model, tok, "床前明月光，\n" * 5, batch_size=bad)
+
+
+def test_split_loss_does_not_depend_on_batch_size(small_model, small_tok):
+    model, tok = small_model, small_tok
+    text = "床前明月光，疑是地上霜。\n" * 4
+    losses = [split_loss(model, tok, text, batch_size=b, block_size=8) for b in (1, 2, 100)]
+    assert losses == pytest.approx([losses[0]] * 3, abs=1e-5)
+    assert 0 < losses[0] < 2 * math.log(tok.vocab_size)
+
+
+def tiny_model(tok) -> GPT:
+    torch.manual_seed(0)
+    return GPT(preset("teacher", vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2,
+                      n_embd=16))
+
+
+@pytest.mark.parametrize("bf16", [False, True], ids=["fp32", "bf16"])
+def test_evaluation_under_both_precisions(tiny_corpus_text, bf16):
+    """评估在 bf16 autocast 下也能跑（CPU 不支持 bf16 时只是慢），与 fp32 的差别在容差之内。"""
+    tok = CharTokenizer.from_text(tiny_corpus_text)
+    model = tiny_model(tok)
+    ref = split_loss(model, tok, tiny_corpus_text)
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+        loss = split_loss(model, tok, tiny_corpus_text)
+    assert math.isfinite(loss)
+    assert loss == pytest.approx(ref, abs=0.05 if bf16 else 1e-6)
+    assert loss == pytest.approx(math.log(tok.vocab_size), abs=0.5)   # 未训练：约等于 ln V

@@ -14,6 +14,7 @@ from gptcourse.config import preset
 from gptcourse.errors import UserError
 from gptcourse.generate import generate, generate_batch, stream_tokens
 from gptcourse.model import GPT
+from gptcourse.runtime import ROOT
 from gptcourse.tokenizer import CharTokenizer
 
 TEXT = "\n春风吹绿江南岸，明月何时照我还。白日依山尽，黄河入海流。欲穷千里目，更上一层楼。"
@@ -215,3 +216,138 @@ def test_fused_gate_up_follows_the_model_after_an_in_place_update():
         want = model(col[:, None])[0][:, -1]
     assert not torch.allclose(before, after)
     torch.testing.assert_close(after, want, rtol=1e-5, atol=1e-5)
+
+
+# ---------------------------------------------------------------- 坏输入与边角
+# 坏输入、调用者的训练模式、bf16 副本的重建、编译缓存目录、后台编译。
+KW = dict(max_new_tokens=8, temperature=0, seed=0)
+
+
+@pytest.mark.parametrize("precision", [["bf16"], {"bf16": 1}])
+def test_an_unhashable_precision_is_a_user_error(small_gpt, small_tok, precision):
+    with pytest.raises(UserError, match="precision 只能是 fp32 / bf16"):
+        generate(small_gpt(), small_tok, "春", precision=precision, **KW)
+
+
+def test_the_fast_step_leaves_the_callers_training_mode_alone(small_gpt, small_tok):
+    model = small_gpt(dropout=0.5, attn_dropout=0.5, resid_dropout=0.5).train()
+    d = fastdecode.FastDecoder(model, None, compile=False)
+    assert model.training                                             # 以前：变成 eval
+    cache, col = d.new_cache(1), torch.tensor([small_tok.eos_id])
+    a, b = d(cache, col, 0), d(d.new_cache(1), col, 0)                 # 解码时总在 eval
+    assert torch.equal(a, b) and model.training
+
+
+def test_generate_compile_true_leaves_a_training_model_in_training(small_gpt, small_tok,
+                                                                   monkeypatch):
+    monkeypatch.setattr(fastdecode.shutil, "which", lambda name: None)   # 不编译的快速一步
+    model = small_gpt().train()
+    generate(model, small_tok, "春", compile=True, **KW)
+    assert model.training
+
+
+def test_bf16_copy_is_rebuilt_after_load_state_dict(small_gpt, small_tok):
+    a, b = small_gpt(seed=0), small_gpt(seed=1)
+    generate(a, small_tok, "春", precision="bf16", **KW)
+    a.load_state_dict(b.state_dict())
+    assert generate(a, small_tok, "春", precision="bf16", **KW) == \
+        generate(small_gpt(seed=1), small_tok, "春", precision="bf16", **KW)
+
+
+def test_bf16_copy_is_rebuilt_after_an_in_place_update_and_only_then(small_gpt, small_tok):
+    a = small_gpt()
+    generate(a, small_tok, "春", precision="bf16", **KW)
+    d = fastdecode.decoder_for(a, torch.bfloat16, False)
+    generate(a, small_tok, "春", precision="bf16", **KW)
+    assert fastdecode.decoder_for(a, torch.bfloat16, False) is d          # 权重没变：不重建
+    with torch.no_grad():
+        a.lm_head.weight.mul_(-1)                                         # 像优化器的一步
+    got = generate(a, small_tok, "春", precision="bf16", **KW)
+    assert fastdecode.decoder_for(a, torch.bfloat16, False) is not d
+    fastdecode.forget(a)
+    assert got == generate(a, small_tok, "春", precision="bf16", **KW)
+
+
+@pytest.mark.parametrize("where", ["/proc/nope/inductor", "README.md", "/dev/null/x"])
+def test_an_unusable_cache_dir_still_generates(small_gpt, small_tok, monkeypatch, where):
+    path = str(ROOT / where) if not where.startswith("/") else where
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv(fastdecode.CACHE_ENV, path)
+    monkeypatch.setattr(torch, "compile", lambda fn, **k: fn)     # 只走编译分支，不真的编译
+    monkeypatch.setattr(fastdecode, "compiler_available", lambda device="cpu": (True, ""))
+    with pytest.raises(UserError, match=f"环境变量 {fastdecode.CACHE_ENV}"):
+        fastdecode.use_inductor_cache()
+    assert "TORCHINDUCTOR_CACHE_DIR" not in os.environ                       # 什么都没改
+    model = small_gpt()
+    assert generate(model, small_tok, "春", compile=True, **KW) == \
+        generate(model, small_tok, "春", **KW)
+    d = fastdecode.decoder_for(model, torch.float32, True)
+    assert d.compiled and "不能用" in d.reason and "默认缓存目录" in d.reason
+
+
+def test_an_explicit_unusable_cache_dir_is_a_user_error(monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    with pytest.raises(UserError, match="编译缓存目录 /proc/nope 不能用"):
+        fastdecode.use_inductor_cache("/proc/nope")
+
+
+@pytest.mark.parametrize("dtype, compiled", [(torch.float32, True), (torch.float32, False),
+                                             (torch.bfloat16, False)])
+def test_a_model_with_a_fast_decoder_is_freed_when_dropped(small_gpt, small_tok, monkeypatch, dtype,
+                                                           compiled):
+    """以前解码器放在以模型为键的 WeakKeyDictionary 里，fp32 的解码器又引用着模型：
+    键永远不死，循环里每个 compile=True 生成过的模型都留在内存里。"""
+    import copy
+    import gc
+    import weakref
+    monkeypatch.setattr(torch, "compile", lambda fn, **k: fn)
+    model = small_gpt()
+    d = fastdecode.decoder_for(model, dtype, compiled)
+    assert fastdecode.decoder_for(model, dtype, compiled) is d                 # 仍然只建一次
+    twin = copy.deepcopy(model)                                                # 副本不带走解码器
+    assert fastdecode.decoder_for(twin, dtype, compiled) is not d
+    alive = weakref.ref(model)
+    del model, d, twin
+    gc.collect()
+    assert alive() is None
+
+
+def test_a_failing_background_compile_is_one_line_not_a_traceback(small_gpt, small_tok, monkeypatch,
+                                                                  capsys):
+    def broken(*a, **k):
+        raise OSError(30, "Read-only file system")
+    monkeypatch.setattr(fastdecode, "decoder_for", broken)
+    fastdecode.warm_up_in_background(small_gpt()).join(30)
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1
+    assert err.startswith("注：后台编译快速解码失败（OSError") and "网页演示照常" in err
+
+
+def test_background_compile_does_its_fx_trace_before_requests_start(small_gpt, small_tok,
+                                                                    monkeypatch):
+    """第 3 轮的 server_new.py 重跑时 N28 得了 500：后台编译里 inductor 第一次 symbolic_trace，
+    全局替换了 nn.Module.__call__，同一瞬间请求线程里的模型调用 NameError。现在那次 trace
+    在开始后台线程之前、在调用者的线程里做掉（缓存住，编译时不再 trace）。"""
+    shim = pytest.importorskip("torch._inductor.loop_body").InterpreterShim
+    shim._dummy_gm.cache_clear()
+    monkeypatch.setattr(fastdecode, "decoder_for", lambda *a, **k: None)   # 不真的编译
+    fastdecode.warm_up_in_background(small_gpt()).join(30)
+    assert shim._dummy_gm.cache_info().currsize == 1
+    model, x = small_gpt(), torch.zeros(1, 4, dtype=torch.long)
+    import threading
+    inside, release = threading.Event(), threading.Event()
+
+    def slow_identity(v):                    # 在 symbolic_trace 里停住：模拟那一瞬间
+        inside.set()
+        release.wait(10)
+        return v
+    t = threading.Thread(target=torch.fx.symbolic_trace, args=(slow_identity,))
+    t.start()
+    inside.wait(10)
+    try:
+        with pytest.raises(NameError, match="not installed as a submodule"):
+            model(x)                         # 机理：trace 进行时别的线程调用模块会失败
+    finally:
+        release.set()
+        t.join(10)
+    model(x)

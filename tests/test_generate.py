@@ -5,19 +5,30 @@ import dataclasses
 import inspect
 import math
 
+import numpy as np
 import pytest
 import torch
 
-from gptcourse import checkpoint, cli, constraints, sampling
+import gptcourse.generate as G
+from gptcourse import (
+    checkpoint,
+    cli,
+    constraints,
+    sampling,
+)
 from gptcourse import generate as gen_module
+from gptcourse.bpe import BPETokenizer
 from gptcourse.config import preset
 from gptcourse.constraints import VerseConstraint
 from gptcourse.data import load_corpus
+from gptcourse.errors import UserError
 from gptcourse.generate import (
+    MAX_POEMS,
     VerseSpec,
     generate,
     generate_batch,
     next_token_probs,
+    sample_poems,
     stream_tokens,
 )
 from gptcourse.model import GPT
@@ -504,6 +515,57 @@ def test_rows_are_told_apart_by_identity():
     assert a != b and [a, b].index(b) == 1
 
 
+# ---------------------------------------------------------------- 一条带类型的路（issue 49）
+def test_built_settings_travel_to_the_loop_as_they_are(small_model, small_tok, monkeypatch):
+    """generate_batch / stream_tokens 收下建好的 params= / spec=，原样交给解码循环（不再拆成
+    关键字参数、重建一遍）；结果与扁平的关键字参数相同。两种方式给同一样 → TypeError。"""
+    seen = []
+    real = gen_module._decode
+
+    def spy(model, tok, prompts, params, spec, *a, **k):
+        seen.append((params, spec))
+        return real(model, tok, prompts, params, spec, *a, **k)
+    monkeypatch.setattr(gen_module, "_decode", spy)
+    params, spec = SamplingParams(temperature=0.8, top_k=5), VerseSpec(form="五绝")
+    typed = generate_batch(small_model, small_tok, ["春"], seed=3, params=params, spec=spec)
+    assert seen[-1][0] is params and seen[-1][1] is spec
+    flat = generate_batch(small_model, small_tok, ["春"], seed=3, temperature=0.8, top_k=5,
+                          form="五绝")
+    assert typed == flat
+    assert "".join(stream_tokens(small_model, small_tok, "春", seed=3, params=params,
+                                 spec=spec)) == typed[0][1:]
+    assert seen[-1][0] is params
+    with pytest.raises(TypeError, match="给了 params= 就不要再单独给 temperature"):
+        generate_batch(small_model, small_tok, ["春"], params=params, temperature=0.5)
+    with pytest.raises(TypeError, match="给了 spec= 就不要再单独给 form"):
+        stream_tokens(small_model, small_tok, "春", spec=spec, form="七绝").__next__()
+
+
+def test_the_cli_hands_the_release_decoding_to_the_loop_unchanged(small_saved, monkeypatch,
+                                                                   capsys):
+    """命令行：release.decoding 建好、检查过的 SamplingParams 与 VerseSpec 原样到达解码循环。"""
+    from gptcourse import release
+    built, seen = [], []
+    real_decoding, real_decode = release.decoding, gen_module._decode
+
+    def decoding(*a, **k):
+        built.append(real_decoding(*a, **k))
+        return built[-1]
+
+    def spy(model, tok, prompts, params, spec, *a, **k):
+        seen.append((params, spec))
+        return real_decode(model, tok, prompts, params, spec, *a, **k)
+    monkeypatch.setattr(release, "decoding", decoding)
+    monkeypatch.setattr(gen_module, "_decode", spy)
+    for stream in ([], ["--stream"]):
+        assert cli.main(["generate", "--checkpoint", str(small_saved), "--prompt", "春",
+                         "--temperature", "0.7", "--seed", "0", "--max-new-tokens", "4",
+                         *stream]) == 0
+        assert seen[-1][0] is built[-1].params and seen[-1][1] is built[-1].spec
+        assert built[-1].params.temperature == 0.7
+    capsys.readouterr()
+
+
 # ---------------------------------------------------------------- 默认值只有一处（M4）
 def field_defaults(*classes) -> dict:
     """dataclass 字段 → 默认值（SamplingParams 与 VerseSpec：采样与格式参数唯一的定义）。"""
@@ -582,3 +644,136 @@ def test_an_int8_model_refuses_bf16_and_compile_in_one_sentence():
         with pytest.raises(UserError, match="量化过的"):
             generate(q, tok, "春", max_new_tokens=4, temperature=0, **kw)
     assert generate(q, tok, "春", max_new_tokens=4, temperature=0, compile=None).startswith("春")
+
+
+# ---------------------------------------------------------------- 坏输入
+# 尺寸、种子、题目、批大小都在生成之前检查。
+@pytest.mark.parametrize("case, n", [("N7", 10**12), ("N8", 10**30), ("N9", 2**62)])
+def test_huge_max_new_tokens_is_refused_before_allocating(small_model, small_tok, case, n):
+    with pytest.raises(UserError,
+                       match=rf"max_new_tokens 最多 1024（64 × block_size 16；.*收到 {n}"):
+        generate(small_model, small_tok, "春", max_new_tokens=n, seed=0)
+    assert len(generate(small_model, small_tok, "春", max_new_tokens=1024,
+                        temperature=0)) > 1                                  # 上限本身能用
+
+
+def test_kv_cache_is_allocated_per_batch_of_rows(small_model, small_tok, monkeypatch):
+    """行数超过 rows_per_batch 时分批生成：每批一个缓存，批大小不超过上限，结果与逐首相同。"""
+    shipped = preset("course", vocab_size=6606)
+    assert gen_module.rows_per_batch(GPT(shipped)) == 256      # course：每行 1 MiB 的 KV 缓存
+    monkeypatch.setattr(gen_module, "CACHE_BUDGET", 2 * 4 * 2 * 16 * 16)   # 正好两行一批
+    assert gen_module.rows_per_batch(small_model) == 2
+    sizes, real = [], small_model.new_cache
+
+    def new_cache():
+        cache = real()
+        write = cache.write
+
+        def recording(layer, start, k, v):
+            if layer == 0 and start == 0:
+                sizes.append(k.shape[0])
+            return write(layer, start, k, v)
+        cache.write = recording
+        return cache
+    monkeypatch.setattr(small_model, "new_cache", new_cache)
+    prompts = ["春", "白日", "", "花", "月"]
+    batch = generate_batch(small_model, small_tok, prompts, max_new_tokens=6, seed=7,
+                           temperature=0.9)
+    assert sizes == [2, 2, 1]
+    assert batch == [generate(small_model, small_tok, p, max_new_tokens=6, seed=7 + i,
+                              temperature=0.9) for i, p in enumerate(prompts)]
+
+
+def test_bad_row_is_refused_before_any_batch_is_written(small_model, small_tok, monkeypatch):
+    monkeypatch.setattr(gen_module, "CACHE_BUDGET", 1)                 # 一行一批
+    with pytest.raises(UserError, match="seed 必须是"):
+        generate_batch(small_model, small_tok, ["春"] * 3, max_new_tokens=2, seed=2**63 - 2)
+
+
+@pytest.mark.parametrize("case, seed", [("N12", 2**64), ("N13", 1.7), ("N14", "7"),
+                                        ("N15", float("nan")), ("N16", "abc"), ("N11", -1)])
+def test_seed_is_validated(small_model, small_tok, case, seed):
+    with pytest.raises(UserError, match=r"seed 必须是 \[0, 2\*\*63 - 1\] 之内的整数或 None"):
+        generate(small_model, small_tok, "春", seed=seed, max_new_tokens=4)
+
+
+@pytest.mark.parametrize("prompt", ["《别题》", " 《别》春"])
+def test_title_plus_a_prompt_starting_with_a_title_is_refused(small_model, small_tok, prompt):
+    with pytest.raises(UserError, match="给了 title 时提示不能以“《”开头"):
+        generate(small_model, small_tok, prompt, title="送友人", max_new_tokens=4)
+    assert generate(small_model, small_tok, "《春》", max_new_tokens=0) == "《春》"  # 没给 title
+
+
+@pytest.mark.parametrize("case, bs", [("N19", 0), ("N20", -1), ("N19b", 1.5)])
+def test_sample_poems_batch_size(small_model, small_tok, case, bs):
+    with pytest.raises(UserError, match=f"batch_size 必须是 ≥ 1 的整数，收到 {bs}"):
+        sample_poems(small_model, small_tok, 3, batch_size=bs)
+    assert len(sample_poems(small_model, small_tok, 3, batch_size=2, max_new_tokens=3)) == 3
+
+
+@pytest.mark.parametrize("n", [MAX_POEMS + 1, 10**12])
+def test_sample_poems_count_is_bounded_before_any_sampling(small_model, small_tok, n, monkeypatch):
+    monkeypatch.setattr(G, "generate_batch", lambda *a, **k: pytest.fail("sampled"))
+    with pytest.raises(UserError, match=f"n 最多 {MAX_POEMS}"):
+        sample_poems(small_model, small_tok, n)
+
+
+@pytest.mark.parametrize("seed", ["7", 1.7, -1, 2**64, True])
+def test_sample_poems_seed_is_validated_before_sampling(small_model, small_tok, seed, monkeypatch):
+    monkeypatch.setattr(G, "generate_batch", lambda *a, **k: pytest.fail("sampled"))
+    with pytest.raises(UserError, match="seed 必须是 \\[0, 2\\*\\*63 - 3\\] 之内的整数或 None"):
+        sample_poems(small_model, small_tok, 3, seed=seed)
+
+
+def test_numpy_integers_are_integers_for_seed_and_max_new_tokens(small_model, small_tok):
+    want = generate(small_model, small_tok, "春", max_new_tokens=4, seed=7)
+    assert generate(small_model, small_tok, "春", max_new_tokens=np.int64(4),
+                    seed=np.int64(7)) == want
+    assert generate_batch(small_model, small_tok, ["春"], max_new_tokens=np.int32(4),
+                          seed=np.int64(7)) == [want]
+    with pytest.raises(UserError, match="max_new_tokens 必须是 ≥ 0 的整数，收到 4.0"):
+        generate(small_model, small_tok, "春", max_new_tokens=4.0)
+
+
+def test_sample_poems_seed_none_samples(small_model, small_tok):
+    assert len(sample_poems(small_model, small_tok, 2, seed=None, max_new_tokens=3)) == 2
+
+
+@pytest.mark.parametrize("prompt", ["\u3000《别》", "\n《别》", " 《别题》春"])
+def test_title_plus_a_padded_prompt_title_is_refused(small_model, small_tok, prompt):
+    with pytest.raises(UserError, match="提示里的《…》会成为第二个题目"):
+        generate(small_model, small_tok, prompt, title="春", max_new_tokens=2)
+
+
+@pytest.mark.parametrize("bs", [True, 2.0, "2", None])
+def test_sample_poems_batch_size_must_be_a_positive_integer(small_model, small_tok, bs):
+    with pytest.raises(UserError, match="batch_size 必须是 ≥ 1 的整数"):
+        sample_poems(small_model, small_tok, 3, batch_size=bs)
+
+
+@pytest.mark.parametrize("form", [["五绝"], {"五绝": 1}, 5])
+def test_an_unhashable_or_non_string_form_is_a_user_error(form):
+    """第 3 轮 lib_cases.py 的 S17（重跑时唯一的 raw）：VerseSpec(form=['五绝']) 是 TypeError。"""
+    from gptcourse.generate import VerseSpec
+    with pytest.raises(UserError, match="未知的诗体"):
+        VerseSpec(form=form)
+
+
+def test_generate_batch_refuses_a_bare_string(small_model, small_tok):
+    model, tok = small_model, small_tok
+    with pytest.raises(TypeError, match="prompts 应是提示的列表"):
+        generate_batch(model, tok, "明月")
+    assert len(generate_batch(model, tok, ["明月"], max_new_tokens=2, seed=0)) == 1
+
+
+def test_bpe_streaming_waits_for_whole_characters(tiny_corpus_text):
+    """BPE 的词元可能是半个汉字：流式片段只含完整的字，拼起来等于 generate() 的续写。"""
+    from gptcourse.generate import generate, stream_tokens
+
+    tok = BPETokenizer()                                          # 没有合并：一个汉字 = 3 个词元
+    torch.manual_seed(0)
+    model = GPT(preset("mini", vocab_size=256, block_size=32, n_layer=1, n_head=2, n_embd=16))
+    for seed in range(3):
+        pieces = list(stream_tokens(model, tok, "春", max_new_tokens=20, seed=seed))
+        assert "春" + "".join(pieces) == generate(model, tok, "春", max_new_tokens=20, seed=seed)
+        assert all(p and not p.endswith("\ufffd") for p in pieces[:-1])    # 不切开一个字

@@ -8,7 +8,9 @@ import pytest
 import torch
 
 from gptcourse import checkpoint, cli, objectives
+from gptcourse.bpe import BPETokenizer
 from gptcourse.config import preset
+from gptcourse.errors import UserError
 from gptcourse.model import GPT
 from gptcourse.objectives import PING_GROUPS, Objective, WithObjectives, rhyme_labels, tone_labels
 from gptcourse.tokenizer import CharTokenizer
@@ -244,3 +246,89 @@ def test_rhyme_set_is_built_with_the_vocabulary_groups(tok):
     you = PING_GROUPS.index("下平十一尤")
     assert {tok.decode([i]) for i in rs.members[you].nonzero().flatten().tolist()} >= {"流", "楼"}
     assert not rs.members[:, tok.encode("尽")[0]].any()             # 仄声字不在任何平声韵部
+
+
+# ---------------------------------------------------------------- 坏输入
+# 权重有上限；没有标签的语料或分词器被拒绝；标签缺了划分或长度不对。
+TRAIN = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
+         "--no-progress", "--no-bf16", "--eval-batches", "1", "--steps", "1"]
+
+
+PROSE = "我家门前有两株树，一株是枣树，还有一株也是枣树。\n这上面的夜的天空，奇怪而高。\n"
+
+
+@pytest.fixture
+def small_ids(small_tok, tiny_corpus_text) -> torch.Tensor:
+    return torch.tensor(small_tok.encode(tiny_corpus_text), dtype=torch.long)
+
+
+@pytest.mark.parametrize("spec", ["rhyme=1e300", "rhyme=1e30", "rhyme=10001"])
+def test_parse_refuses_weights_above_the_cap(spec):
+    with pytest.raises(UserError, match="权重 > 0 且 ≤ 10000"):
+        objectives.parse(spec)
+    assert objectives.parse("rhyme=10000") == {"rhyme": objectives.MAX_WEIGHT}
+
+
+def test_spaces_around_name_and_weight_are_ignored():
+    assert objectives.parse(" rhyme = 0.5 , tones ") == {"rhyme": 0.5, "tones": None}
+
+
+def test_a_spec_that_is_not_a_string_is_a_user_error():
+    with pytest.raises(UserError, match="--aux 应是字符串"):
+        objectives.parse(5)
+
+
+@pytest.mark.parametrize("weight", [float("inf"), 1e300, "1", True, None, 0, -1.0,
+                                    float("nan")])
+def test_build_checks_every_weight(small_tok, small_ids, weight):
+    with pytest.raises(UserError, match=r"权重必须是 \(0, 10000\] 之内的数"):
+        objectives.build(["rhyme"] if weight is not None else {"rhyme": "x"},
+                         {"train": small_ids}, small_tok, 16, 1.0 if weight is None else weight)
+
+
+@pytest.mark.parametrize("name", ["rhyme", "tones", "norepeat"])
+def test_a_corpus_without_poems_gives_no_labels_and_is_refused(name):
+    ptok = CharTokenizer.from_text(PROSE)
+    pids = torch.tensor(ptok.encode(PROSE), dtype=torch.long)
+    with pytest.raises(UserError, match=f"辅助目标 {name} 在 train 里一个标签也没有"):
+        objectives.build([name], {"train": pids}, ptok, 16)
+
+
+def test_a_bpe_tokenizer_gives_no_labels_and_is_refused(tiny_corpus_text):
+    bpe = BPETokenizer.train(tiny_corpus_text * 3, vocab_size=300)
+    bids = torch.tensor(bpe.encode(tiny_corpus_text), dtype=torch.long)
+    with pytest.raises(UserError, match="一个词元一个字（BPETokenizer）"):
+        objectives.build(["rhyme"], {"train": bids}, bpe, 16)
+
+
+def test_real_poems_still_give_labels_for_all_three(small_tok, small_ids):
+    built = objectives.build(["rhyme", "tones", "norepeat"], {"train": small_ids}, small_tok, 16)
+    assert [o.name for o in built] == ["rhyme", "tones", "norepeat"]
+    assert all(bool((o.labels["train"] >= 0).any()) for o in built)
+
+
+def test_labels_must_cover_every_split_with_the_right_length(small_gpt, small_tok, small_ids):
+    objs = objectives.build(["rhyme"], {"train": small_ids}, small_tok, 16)
+    cfg = TrainConfig(batch_size=2, max_steps=1, eval_interval=1, eval_batches=1,
+                      progress=False, bf16=False)
+    with pytest.raises(UserError, match="没有 val 划分的标签"):
+        train(small_gpt(), small_ids, small_ids, cfg, objectives=objs)    # 以前：KeyError 'val'
+    n = len(small_ids)
+    with pytest.raises(UserError, match=f"train 标签有 {n} 个，数据有 {2 * n} 个"):
+        train(small_gpt(), torch.cat([small_ids, small_ids]), None, cfg, objectives=objs)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--aux", "rhyme=1e300"], "--aux 只能是"),                       # 以前：退出码 1“发散”
+    (["--aux", "rhyme", "--aux-weight", "1e300"], "--aux-weight 必须在 (0, 10000] 之内"),
+])
+def test_cli_refuses_huge_weights_before_training(tmp_path, one_line_error, argv, message):
+    one_line_error([*TRAIN, *argv, "--out", str(tmp_path / "a.pt")], message)
+    assert not list(tmp_path.iterdir())
+
+
+def test_cli_aux_on_a_corpus_without_rhyming_poems_exits_2(tmp_path, one_line_error):
+    argv = [*TRAIN, "--aux", "rhyme", "--out", str(tmp_path / "a.pt")]
+    argv[argv.index("tang_5jue")] = "luxun_nahan"             # 以前：退出码 0，辅助损失恒为 0
+    one_line_error(argv, "辅助目标 rhyme 在 train 里一个标签也没有")
+    assert not list(tmp_path.iterdir())

@@ -1,12 +1,19 @@
 """发布设置：挑选规则、确认、检查点里没有设置时的默认值。"""
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 import gptcourse as gc
-from gptcourse import cli, release
+from gptcourse import checkpoint, cli, release
+from gptcourse.config import preset
 from gptcourse.errors import UserError
+from gptcourse.model import GPT
+from gptcourse.serve import make_server
+from gptcourse.serve.params import parse_params
+from gptcourse.tokenizer import CharTokenizer
 
 
 def test_settings_fall_back_and_override():
@@ -185,3 +192,117 @@ def test_a_new_release_inherits_the_seed_blocks_the_shipped_model_looked_at(tmp_
     script.remember_looks(str(fresh), script.shipped_looks(str(shipped)))
     history = release.looks(gc.checkpoint.load(fresh)[2])
     assert history == seen and release.fresh_gate(history) == release.gate_block(2)
+
+
+# ---------------------------------------------------------------- 默认、假值与网页的范围
+# 发布设置里的押韵是默认，不是要求；假值是错误；超出网页服务范围的设置在启动时拒绝。
+@pytest.fixture
+def tok(tiny_corpus_text) -> CharTokenizer:
+    return CharTokenizer.from_text(tiny_corpus_text + "《》" + JIANGXUE + "孤舟蓑笠翁独钓寒江雪")
+
+
+@pytest.fixture
+def model(tok) -> GPT:
+    torch.manual_seed(0)
+    return GPT(preset("mini", vocab_size=tok.vocab_size, block_size=16, n_layer=1, n_head=2,
+                      n_embd=16)).eval()
+
+
+def rhyming_release(tmp_path, model, tok, **settings):
+    return checkpoint.save(tmp_path / "rel.pt", model, tok,
+                           meta={"release": {"settings": {"rhyme": True, **settings}}})
+
+
+@pytest.mark.parametrize("settings", [{}, {"tones": True}])
+def test_a_plain_request_is_relaxed_not_refused_library(tok, settings):
+    meta = {"release": {"settings": {"rhyme": True, **settings}}}
+    d = release.for_request(meta, {}, None, tok, JIANGXUE)
+    assert d["rhyme"] is False and d["relaxed"] and "这次不加押韵" in d["relaxed"][0]
+    with pytest.raises(UserError, match="不要求押韵的话：命令行加 --no-rhyme，"
+                                        '网页请求写 "rhyme": false'):
+        release.for_request(meta, {"rhyme": True}, None, tok, JIANGXUE)
+
+
+def test_cli_falls_back_to_free_sampling_and_says_so_in_one_line(capsys, tmp_path, model, tok,
+                                                                 one_line_error):
+    path = rhyming_release(tmp_path, model, tok)
+    assert cli.main(["generate", "--checkpoint", str(path), "--prompt", JIANGXUE,
+                     "--seed", "0"]) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith(JIANGXUE) and out.count("\n") == 1
+    assert err.count("\n") == 1 and err.startswith("注：检查点的发布设置默认押韵") \
+        and "改为自由采样" in err, err
+    one_line_error(["generate", "--checkpoint", str(path), "--prompt", JIANGXUE,
+                    "--rhyme"], "不要求押韵的话：命令行加 --no-rhyme")
+
+
+def test_server_relaxes_plain_requests_and_names_it(tok):
+    defaults = {**release.validate_settings({"rhyme": True}), "rhyme": True}
+    for prompt in (JIANGXUE, "春" * 15):                   # 仄韵首联；一句超过 7 个字
+        body = json.dumps({"prompt": prompt, "seed": 0}).encode()
+        p = parse_params(body, tok, defaults)
+        assert p["rhyme"] is False and len(p["relaxed"]) == 1, p
+    with pytest.raises(UserError, match='"rhyme": false'):
+        parse_params(json.dumps({"prompt": JIANGXUE, "rhyme": True}).encode(), tok, defaults)
+
+
+def test_release_top_p_below_the_server_range_is_refused_at_start(model, tok):
+    defaults = release.validate_settings({"top_p": 0.001})         # 库：(0, 1] 之内，合法
+    with pytest.raises(UserError, match="top_p 必须在 \\[0.01, 1.0\\] 之内，收到 0.001"):
+        make_server(model, tok, port=0, defaults=defaults)
+
+
+@pytest.mark.parametrize("meta", [{"release": ""}, {"release": False},
+                                  {"release": {"settings": 0}},
+                                  {"release": {"settings": ""}}])
+def test_falsy_release_values_are_errors(meta):
+    with pytest.raises(UserError, match="应是字典"):
+        release.settings(meta)
+
+
+def test_missing_or_none_is_the_fallback():
+    for meta in (None, {}, {"release": None}, {"release": {}}, {"release": {"settings": None}}):
+        assert release.settings(meta) == release.FALLBACK
+
+
+def test_falsy_release_settings_are_errors_not_defaults():
+    with pytest.raises(UserError, match="发布设置应是字典，收到 list"):
+        release.settings({"release": {"settings": []}})
+    with pytest.raises(UserError, match=r"meta\['release'\] 应是字典，收到 int"):
+        release.settings({"release": 0})
+    for meta in ({}, {"release": None}, {"release": {"settings": None}}, None):   # 真的没有
+        assert release.settings(meta) == release.FALLBACK
+
+
+@pytest.mark.parametrize("case, key, value, message", [
+    ("C17", "temperature", 50.0, "temperature 必须在 [0.01, 3.0] 之内（或正好是 0），收到 50.0"),
+    ("C18", "repetition_penalty", 5.0, "repetition_penalty 必须在 [0.1, 3.0] 之内，收到 5.0"),
+    ("C19", "top_k", 10**6, "top_k 必须在 [0, 61] 之内，收到 1000000"),
+])
+def test_release_outside_the_server_ranges_is_refused_at_start(tmp_path, small_model, small_tok,
+                                                               case, key, value, message,
+                                                               one_line_error):
+    assert small_tok.vocab_size == 61
+    defaults = release.validate_settings({key: value})              # 库的范围：合法
+    with pytest.raises(UserError, match="检查点的发布设置超出网页服务的范围"):
+        make_server(small_model, small_tok, port=0, defaults=defaults)
+    path = checkpoint.save(tmp_path / "rel.pt", small_model, small_tok,
+                           meta={"release": {"settings": {key: value}}})
+    one_line_error(["serve", "--checkpoint", str(path), "--port", "0"],
+                   f"检查点的发布设置超出网页服务的范围：{message}")
+    server = make_server(small_model, small_tok, port=0, defaults=release.validate_settings({}))
+    server.server_close()                                            # 范围之内：照常启动
+
+
+def test_decoding_is_for_request_built_once():
+    """release.decoding = for_request 的结果建成 SamplingParams 与 VerseSpec（检查一次）；它的扁平
+    字典与 for_request 的相同（命令行 eval 打印的就是它），坏的设置照样是 UserError。"""
+    meta = {"release": {"settings": {"temperature": 0.8, "top_p": 0.95, "rhyme": True}}}
+    d = release.decoding(meta, {"temperature": None, "form": "五绝"})
+    assert d.params.temperature == 0.8 and d.params.top_p == 0.95
+    assert d.spec.form == "五绝" and d.spec.rhyme is True and d.relaxed == ()
+    assert d.to_dict() == release.for_request(meta, {"form": "五绝"})
+    assert release.decoding(None, {}).to_dict() == release.FALLBACK
+    with pytest.raises(UserError, match="top_p 必须在"):
+        release.decoding(meta, {"top_p": 1.5})
+

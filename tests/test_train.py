@@ -10,7 +10,8 @@ import time
 import pytest
 import torch
 
-from gptcourse import precision
+from gptcourse import checkpoint, cli, precision
+from gptcourse import train as T
 from gptcourse.config import preset
 from gptcourse.data import get_batch
 from gptcourse.errors import UserError
@@ -388,8 +389,6 @@ def test_training_bench_quick_has_reference_ratio_and_ceilings(capsys):
 
 
 def test_cli_divergence_before_any_eval_says_nothing_was_written(tmp_path, capsys):
-    from gptcourse import cli
-
     out = tmp_path / "x.pt"
     argv = ["train", "--corpus", "tang_5jue", "--preset", "mini", "--batch-size", "2",
             "--block-size", "16", "--no-bf16", "--no-progress", "--lr", "1e30", "--warmup", "0",
@@ -401,7 +400,6 @@ def test_cli_divergence_before_any_eval_says_nothing_was_written(tmp_path, capsy
 
 
 def test_cli_divergence_after_an_eval_keeps_the_best_checkpoint(tmp_path, capsys, monkeypatch):
-    from gptcourse import checkpoint, cli
     from gptcourse.cli import train as train_cli
 
     real = train_cli.train
@@ -437,3 +435,41 @@ def test_muon_takes_the_block_matrices_and_adamw_the_rest():
     assert len(opt.param_groups) == 4 and opt.param_groups[-1]["params"][0] is head.weight
     with pytest.raises(UserError, match="optimizer"):
         TrainConfig(optimizer="sgd")
+
+
+# ---------------------------------------------------------------- 坏输入与一行说明
+# 机器放不下的批次在分配之前拒绝；多行的编译错误只说一行。
+def test_batch_that_the_machine_cannot_hold_is_refused(monkeypatch):
+    cfg = preset("course", vocab_size=6606)
+    monkeypatch.setattr(T, "available_memory", lambda device: 2**30)      # 1 GiB 可用
+    big = T.TrainConfig(batch_size=4096, max_steps=1)
+    with pytest.raises(UserError, match=r"批次太大：batch_size=4096、grad_accum=1 每步估计要 "
+                                        r"[\d.]+ GiB 内存，这台机器现在可用 1.0 GiB；"
+                                        r"batch_size 最多约 \d+"):
+        T.check_memory(big, cfg, torch.device("cpu"))
+    T.check_memory(T.TrainConfig(batch_size=8, max_steps=1), cfg, torch.device("cpu"))
+    # 估计的上限本身放得下
+    err = pytest.raises(UserError, T.check_memory, big, cfg, torch.device("cpu")).value
+    limit = int(str(err).rsplit("最多约 ", 1)[1].split("（")[0])
+    T.check_memory(T.TrainConfig(batch_size=limit, max_steps=1), cfg, torch.device("cpu"))
+
+
+def test_a_multi_line_compile_failure_is_reported_in_one_line(tiny_corpus_text, monkeypatch,
+                                                              capsys):
+    from gptcourse.train import TrainConfig, train
+
+    class Broken(torch.nn.Module):
+        def forward(self, *a):
+            raise RuntimeError("InvalidCxxCompiler: No working C++ compiler found in cxx:\n"
+                               "  g++\n\nSet TORCHDYNAMO_VERBOSE=1 for the internal stack trace")
+    monkeypatch.setattr(torch, "compile", lambda m: Broken())
+    t = CharTokenizer.from_text(tiny_corpus_text)
+    ids = torch.tensor(t.encode(tiny_corpus_text * 4), dtype=torch.long)
+    torch.manual_seed(0)
+    m = GPT(preset("mini", vocab_size=t.vocab_size, block_size=16, n_layer=1, n_head=2, n_embd=16))
+    h = train(m, ids, ids, TrainConfig(batch_size=4, max_steps=2, eval_interval=2, eval_batches=1,
+                                       bf16=False, progress=False, compile=True))
+    assert "\n" not in h.info["compiled"] and "found in cxx: g++ Set TORCHDYNAMO" in \
+        h.info["compiled"]
+    err = [line for line in capsys.readouterr().err.splitlines() if "第一步失败" in line]
+    assert len(err) == 1 and err[0].endswith("改用普通模式"), err

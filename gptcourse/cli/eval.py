@@ -61,11 +61,11 @@ def cli_main(args) -> int:
     if not is_verse(corpus):                      # 格律的验收表只对诗有意义
         print(f"\n{corpus.description} 不是近体诗：不做格律的验收（只报告上面的损失与基线）")
         return 0
-    decoding = release.for_request(meta, {"temperature": args.temperature})
-    samples = sample_poems(model, tok, seeds[1], seed=seeds[0], **decoding)
+    d = release.decoding(meta, {"temperature": args.temperature})
+    samples = sample_poems(model, tok, seeds[1], seed=seeds[0], params=d.params, spec=d.spec)
     which = "检查点的发布设置" if (meta or {}).get("release") else "默认设置"
     print(f"\n采样 {len(samples)} 首（{which}："
-          + "，".join(f"{k}={v}" for k, v in decoding.items())
+          + "，".join(f"{k}={v}" for k, v in d.to_dict().items())
           + f"；空提示；{release.seed_note(seeds)}），例如：")
     for s in samples[:3]:
         print("  " + s)

@@ -50,9 +50,10 @@ def cli_main(args) -> int:
     model, tok, meta = checkpoint.load(args.checkpoint,
                                        map_location=str(get_device(args.device)))
     given = {name: getattr(args, name) for name in (*release.SETTING_KEYS, *VerseSpec.names())}
-    decoding = release.for_request(meta, given, args.max_new_tokens, tok, args.prompt)
-    relaxed = decoding["relaxed"]                  # 发布设置没用上、约束放宽过：写在 stderr
-    kw = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache, **decoding)
+    d = release.decoding(meta, given, args.max_new_tokens, tok, args.prompt)   # 检查过的设置
+    relaxed = list(d.relaxed)                      # 发布设置没用上、约束放宽过：写在 stderr
+    kw = dict(max_new_tokens=args.max_new_tokens, use_cache=not args.no_cache,
+              params=d.params, spec=d.spec, relaxed=relaxed)
     if args.stream:
         for i in range(args.num_samples):
             seed = None if args.seed is None else args.seed + i

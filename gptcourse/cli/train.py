@@ -21,6 +21,7 @@ import torch
 
 from .. import checkpoint, files, objectives, verse
 from .. import distributed as dist_utils
+from ..checkpoint import Checkpoints, History
 from ..config import MAX_BLOCK_SIZE, preset, preset_names
 from ..data import DOCUMENTS, available_corpora, is_verse, open_corpus, vocabulary_text
 from ..data import poems as poems_of
@@ -33,7 +34,7 @@ from ..rhyme_probe import rhyme_feet, rhyme_group_mass
 from ..runtime import get_device, set_seed
 from ..titled import UNTITLED_EVERY, WINDOWS, check_titled, training_splits
 from ..tokenizer import CharTokenizer
-from ..train import Checkpoints, History, TrainConfig, TrainingDiverged, tokens_per_step, train
+from ..train import TrainConfig, TrainingDiverged, tokens_per_step, train
 
 # 编译要先花一段时间（算在训练时间里），之后每步快一点：训练超过这么多步才划算。
 # 门槛 = 编译多花的秒数 ÷ 每步省下的秒数：inductor 磁盘缓存是冷的时候多花 26 秒（2026-12-01，
@@ -303,8 +304,9 @@ def _finish(ckpts: Checkpoints, tcfg: TrainConfig, diverged, interrupted) -> int
     if dist_utils.rank() != 0:                   # 只有 0 号进程写文件、打印
         return code if failed else 0
     try:
-        summary = ckpts.finish(tcfg, diverged if isinstance(diverged, TrainingDiverged) else None,
-                               bool(interrupted))
+        per_step = tokens_per_step(tcfg, ckpts.model.config.block_size)
+        summary = ckpts.finish(per_step, diverged.step if isinstance(diverged, TrainingDiverged)
+                               else None, bool(interrupted))
     except checkpoint.CheckpointError as e:      # 发布文件也写不出：一句话说清楚
         print(f"{failed + '；' if failed else '错误：'}{e}", file=sys.stderr)
         return 1
